@@ -1,0 +1,125 @@
+"""Checkpoints (full training state, to resume) and the exported encoder (timm's hub format, to use elsewhere).
+
+``<run>/checkpoints/step_00001000/`` holds ``accelerator.save_state`` (model, optimizer, every process's RNG state),
+``trainer_state.json`` (the step) and the run's ``config.yaml``. A checkpoint is written under a temporary name and
+renamed into place, so a run killed while saving never leaves a broken latest checkpoint.
+
+``<run>/export/`` holds ``config.json`` and ``model.safetensors`` as timm writes them:
+``timm.create_model("local-dir:<run>/export", pretrained=True)`` rebuilds the encoder offline, and the folder can be
+uploaded to the Hugging Face hub unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import yaml
+from accelerate import Accelerator
+from timm.models import save_for_hf
+from timm.models.vision_transformer import VisionTransformer
+
+from mpp.config import ConfigError, config_to_dict, save_config
+
+CHECKPOINTS_DIR = "checkpoints"
+EXPORT_DIR = "export"
+STATE_FILE = "trainer_state.json"
+PARTIAL_SUFFIX = ".partial"
+RESUME_MUST_MATCH = ("model", "mpp")  # config sections a resumed run may not change
+
+
+def checkpoint_path(run_dir: Path, step: int) -> Path:
+    return run_dir / CHECKPOINTS_DIR / f"step_{step:08d}"
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    directory = run_dir / CHECKPOINTS_DIR
+    if not directory.is_dir():
+        return []
+    found = [path for path in directory.glob("step_*") if (path / STATE_FILE).is_file()]
+    return sorted(found, key=lambda path: read_step(path))
+
+
+def read_step(checkpoint: Path) -> int:
+    return json.loads((checkpoint / STATE_FILE).read_text())["step"]
+
+
+def save_checkpoint(accelerator: Accelerator, run_dir: Path, step: int, config: Any, keep: int) -> Path:
+    """Save the full training state after ``step`` optimizer steps; keep the ``keep`` newest. Every process calls."""
+    final = checkpoint_path(run_dir, step)
+    partial = final.with_name(final.name + PARTIAL_SUFFIX)
+    if accelerator.is_main_process:
+        shutil.rmtree(partial, ignore_errors=True)  # left by a run killed while saving
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(partial))
+    if accelerator.is_main_process:
+        (partial / STATE_FILE).write_text(json.dumps({"step": step}))
+        save_config(config, partial / "config.yaml")
+        if final.exists():  # the same step saved by an earlier, resumed attempt
+            shutil.rmtree(final)
+        partial.rename(final)
+        for old in list_checkpoints(run_dir)[:-keep]:
+            shutil.rmtree(old)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def resume_checkpoint(resume: str, run_dir: Path) -> Optional[Path]:
+    """The checkpoint ``resume`` names: none for "", the run's latest (if any) for "auto", else that path."""
+    if not resume:
+        return None
+    if resume == "auto":
+        checkpoints = list_checkpoints(run_dir)
+        return checkpoints[-1] if checkpoints else None
+    path = Path(resume)
+    if not (path / STATE_FILE).is_file():
+        raise ConfigError(
+            f"resume={resume} is not a checkpoint (no {STATE_FILE} inside); "
+            f"pass resume=auto or a directory under <output_dir>/{CHECKPOINTS_DIR}/"
+        )
+    return path
+
+
+def check_resume_compatible(checkpoint: Path, config: Any, sections: Sequence[str] = RESUME_MUST_MATCH) -> None:
+    """Refuse to resume a checkpoint whose model or objective differs from the current config."""
+    saved = yaml.safe_load((checkpoint / "config.yaml").read_text())
+    current = config_to_dict(config)
+    changed = [
+        f"{section}.{key}: {saved[section].get(key)!r} in the checkpoint, {value!r} now"
+        for section in sections
+        for key, value in current[section].items()
+        if saved.get(section, {}).get(key) != value
+    ]
+    if changed:
+        raise ConfigError(
+            f"cannot resume from {checkpoint}: the model or objective changed:\n  "
+            + "\n  ".join(changed)
+            + "\nresume with the checkpoint's settings, or start a new run in another output_dir"
+        )
+
+
+def load_checkpoint(accelerator: Accelerator, checkpoint: Path) -> int:
+    """Restore the full training state; returns the number of optimizer steps already taken."""
+    accelerator.load_state(str(checkpoint))
+    return read_step(checkpoint)
+
+
+def export_encoder(
+    encoder: VisionTransformer, directory: Path, mean: Sequence[float], std: Sequence[float], tag: str
+) -> None:
+    """Write the encoder in timm's hub format, with the normalisation it was trained with in its pretrained_cfg."""
+    partial = directory.with_name(directory.name + PARTIAL_SUFFIX)
+    shutil.rmtree(partial, ignore_errors=True)
+    save_for_hf(
+        encoder,
+        str(partial),
+        model_config={"pretrained_cfg": {"tag": tag, "license": None}},
+        safe_serialization=True,
+        data_config={"mean": tuple(mean), "std": tuple(std)},
+    )
+    if directory.exists():
+        shutil.rmtree(directory)
+    partial.rename(directory)

@@ -1,0 +1,271 @@
+"""Typed run configuration: dataclass defaults, YAML presets and dotted ``key=value`` overrides.
+
+The defaults in code are the paper's settings (section noted beside each); a preset in ``recipes/configs/`` changes
+only what differs from them, and ``key=value`` on the command line wins over both. Every value passes through one
+coercion step, typed by the field's annotation, so ``train.lr=1e-3`` and ``lr: 1e-3`` in YAML both become floats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration value or key that cannot be used; the message names it and the fix."""
+
+
+@dataclass
+class ModelConfig:
+    """The encoder: a timm Vision Transformer (Sec. 3.1) with a [class] token and learnable 1-D position embeddings."""
+
+    name: str = "vit_base_patch16_224"  # any timm ViT architecture; the fields below override its sizes when set
+    img_size: Optional[int] = None  # pre-training resolution (Sec. 4.6 and B.1: 224)
+    patch_size: Optional[int] = None
+    embed_dim: Optional[int] = None
+    depth: Optional[int] = None
+    num_heads: Optional[int] = None
+    in_chans: int = 3
+    drop_path_rate: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.img_size is not None and self.patch_size is not None and self.img_size % self.patch_size:
+            raise ConfigError(
+                f"model.img_size={self.img_size} is not divisible by model.patch_size={self.patch_size}; "
+                f"choose an image size that is a multiple of the patch size, e.g. "
+                f"model.img_size={self.img_size // self.patch_size * self.patch_size or self.patch_size}"
+            )
+
+
+@dataclass
+class DataConfig:
+    source: str = "shapes"  # the embedded, procedurally generated dataset (mpp/shapes.py)
+    num_workers: int = 0  # loader processes; the embedded data renders fast enough in the main one
+    # Normalisation applied to the encoder's input; recorded in the exported encoder's pretrained_cfg.
+    mean: tuple[float, ...] = (0.5, 0.5, 0.5)
+    std: tuple[float, ...] = (0.5, 0.5, 0.5)
+
+
+@dataclass
+class MPPConfig:
+    """Masked patch prediction (Sec. 4.6, App. B.1.2)."""
+
+    target: Literal["mean_colour", "downsampled", "pixels"] = "mean_colour"  # the paper's best few-shot option
+    corruption_rate: float = 0.5  # fraction of patches corrupted per image (BERT's 0.15 was slightly worse)
+    mask_fraction: float = 0.8  # of the corrupted patches: replaced by the learnable [mask] embedding
+    random_fraction: float = 0.1  # ... by another patch's embedding; the rest stay unchanged
+    colour_bits: int = 3  # bits per channel of the colour targets: 3 gives 512 classes
+    downsampled_size: int = 4  # cells per side of the "downsampled" target (4x4 = 16 predictions per patch)
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.corruption_rate <= 1.0:
+            raise ConfigError(f"mpp.corruption_rate={self.corruption_rate} must lie in (0, 1]")
+        if self.mask_fraction < 0 or self.random_fraction < 0 or self.mask_fraction + self.random_fraction > 1:
+            raise ConfigError(
+                f"mpp.mask_fraction={self.mask_fraction} and mpp.random_fraction={self.random_fraction} must be "
+                "non-negative and sum to at most 1 (the remainder stays unchanged)"
+            )
+        if not 1 <= self.colour_bits <= 8:
+            raise ConfigError(f"mpp.colour_bits={self.colour_bits} must lie between 1 and 8")
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation (App. B.1.2: Adam, LR 2e-4, 10k warm-up steps, cosine decay, batch 4096, 1M steps)."""
+
+    steps: int = 1_000_000  # optimizer steps
+    global_batch_size: int = 4096  # images per optimizer step, over all processes and accumulation steps
+    micro_batch_size: Optional[int] = None  # images per process per forward pass; unset: no accumulation
+    lr: float = 2e-4  # peak learning rate, used as is (no batch-size scaling)
+    warmup_steps: int = 10_000  # linear warm-up from 0 (a run shorter than this never reaches the peak)
+    decay: Literal["cosine", "linear"] = "cosine"
+    min_lr: float = 0.0  # learning rate at the last step
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.0  # decoupled (AdamW); App. B.1.2 states none for MPP. Skips biases, norms, tokens.
+    grad_clip_norm: float = 1.0  # global norm (App. B.1)
+    mixed_precision: Literal["no", "bf16", "fp16"] = "no"
+    cpu_threads: int = 0  # on a CPU: threads per process; 0 shares the cores among this machine's processes
+    log_every: int = 50  # steps between TensorBoard points (the only steps that synchronise with the device)
+    checkpoint_every: int = 5_000  # steps between checkpoints; one is always written at the end
+    keep_checkpoints: int = 3  # most recent checkpoints kept
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "global_batch_size", "log_every", "checkpoint_every", "keep_checkpoints"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"train.{name}={getattr(self, name)} must be at least 1")
+        if self.micro_batch_size is not None and self.micro_batch_size < 1:
+            raise ConfigError(f"train.micro_batch_size={self.micro_batch_size} must be at least 1 (or null)")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"train.warmup_steps={self.warmup_steps} must be at least 0")
+
+
+@dataclass
+class MPPRunConfig:
+    """Everything one masked-patch-prediction pre-training run needs (recipes/mpp.py)."""
+
+    output_dir: str = ""  # the run's directory; empty: runs/mpp-<date>-<time>
+    seed: int = 0
+    resume: str = ""  # "auto": continue from the latest checkpoint in output_dir, if any; or a checkpoint path
+    overwrite: bool = False  # start again in an output_dir that holds an earlier run, deleting it
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    mpp: MPPConfig = field(default_factory=MPPConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Building a config from presets and overrides
+
+
+def config_keys(cls: type) -> list[str]:
+    """Every settable dotted key of a config dataclass, in declaration order."""
+    keys = []
+    for f, annotation in _fields(cls):
+        if dataclasses.is_dataclass(annotation):
+            keys += [f"{f.name}.{key}" for key in config_keys(annotation)]
+        else:
+            keys.append(f.name)
+    return keys
+
+
+def build_config(cls: type, preset: Optional[str | Path] = None, overrides: typing.Sequence[str] = ()) -> Any:
+    """The dataclass defaults, updated by a YAML preset, updated by ``key=value`` overrides."""
+    values: dict[str, Any] = {}
+    if preset is not None:
+        path = Path(preset)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist; presets live in recipes/configs/")
+        loaded = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must hold a mapping of keys to values")
+        values.update(_flatten(loaded))
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {override!r} is not of the form key=value (e.g. train.steps=100)")
+        values[key.strip()] = value
+    unknown = [key for key in values if key not in config_keys(cls)]
+    if unknown:
+        raise ConfigError(_unknown_keys_message(unknown, config_keys(cls)))
+    return _build(cls, values, prefix="")
+
+
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """Nested plain dict (tuples as lists), ready for YAML or JSON."""
+    return _plain(dataclasses.asdict(config))
+
+
+def save_config(config: Any, path: Path) -> None:
+    path.write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
+
+
+def parse_command_line(cls: type, argv: Optional[typing.Sequence[str]], default_preset: Path, description: str) -> Any:
+    """The recipes' command line: ``[--config FILE] [--resume] [key=value ...]``."""
+    parser = argparse.ArgumentParser(
+        description=description,
+        epilog="keys: " + ", ".join(config_keys(cls)),
+    )
+    parser.add_argument("--config", type=Path, default=default_preset, help=f"YAML preset (default: {default_preset})")
+    parser.add_argument("--resume", action="store_true", help="continue the run in output_dir (same as resume=auto)")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.steps=100")
+    args = parser.parse_args(argv)
+    overrides = list(args.overrides) + (["resume=auto"] if args.resume else [])
+    return build_config(cls, args.config, overrides)
+
+
+def _fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
+    hints = typing.get_type_hints(cls)
+    return [(f, hints[f.name]) for f in dataclasses.fields(cls)]
+
+
+def _flatten(mapping: dict, prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for key, value in mapping.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, prefix=f"{dotted}."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def _build(cls: type, values: dict[str, Any], prefix: str) -> Any:
+    kwargs = {}
+    for f, annotation in _fields(cls):
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(annotation):
+            kwargs[f.name] = _build(annotation, values, prefix=f"{key}.")
+        elif key in values:
+            kwargs[f.name] = _coerce(values[key], annotation, key)
+    return cls(**kwargs)
+
+
+_TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
+
+
+def _coerce(value: Any, annotation: Any, key: str) -> Any:
+    """``value`` (from YAML or the command line) as the type ``annotation`` declares, or a ConfigError."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        if value is None or (isinstance(value, str) and value.strip().lower() in {"null", "none", "~", ""}):
+            return None
+        (inner,) = [arg for arg in args if arg is not type(None)]
+        return _coerce(value, inner, key)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{key}={value!r} is not one of: {', '.join(map(str, args))}")
+        return value
+    if origin is tuple:
+        items = yaml.safe_load(value) if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)):
+            raise ConfigError(f"{key}={value!r} must be a list, e.g. {key}=[0.5,0.5,0.5]")
+        item_type = args[0]
+        if args[-1] is not Ellipsis and len(items) != len(args):
+            raise ConfigError(f"{key}={value!r} must have {len(args)} items")
+        return tuple(_coerce(item, item_type, key) for item in items)
+    try:
+        if annotation is bool:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text not in _TRUE | _FALSE:
+                raise ValueError
+            return text in _TRUE
+        if annotation is int:
+            number = float(value) if isinstance(value, str) else value
+            if isinstance(value, bool) or number != int(number):
+                raise ValueError
+            return int(number)
+        if annotation is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if annotation is str:
+            return str(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}={value!r} is not a valid {annotation.__name__}") from None
+    raise TypeError(f"unsupported config annotation {annotation!r} for {key}")
+
+
+def _unknown_keys_message(unknown: list[str], valid: list[str]) -> str:
+    lines = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, valid, n=1)
+        lines.append(f"unknown config key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return "\n".join(lines) + "\nvalid keys: " + ", ".join(valid)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value

@@ -1,0 +1,72 @@
+"""BERT-style corruption of patch embeddings (paper Sec. 4.6, App. B.1.2).
+
+A fixed fraction of each image's patches is chosen uniformly at random; of those, about 80% are replaced by a
+learnable [mask] embedding, 10% by the embedding of another patch of the same image, and 10% are left unchanged.
+It acts on the embeddings after the linear projection and before position embeddings are added, so a replaced patch
+still carries its own position. Every operation is batched: no loop over images or patches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from einops import repeat
+
+# What a corrupted position receives.
+MASK, RANDOM, UNCHANGED = 0, 1, 2
+
+
+@dataclass
+class Corruption:
+    """One draw of corruption for a batch; k corrupted patches per image."""
+
+    positions: torch.Tensor  # (b k) long: indices of the corrupted patches, distinct within an image
+    replacement: torch.Tensor  # (b k) long: MASK, RANDOM or UNCHANGED
+    sources: torch.Tensor  # (b k) long: the patch whose embedding a RANDOM position receives; never itself
+
+
+def num_corrupted(num_patches: int, rate: float) -> int:
+    """Patches corrupted per image: ``rate`` of them, rounded, at least one."""
+    return max(1, min(num_patches, round(rate * num_patches)))
+
+
+def draw_corruption(
+    batch_size: int,
+    num_patches: int,
+    rate: float,
+    mask_fraction: float = 0.8,
+    random_fraction: float = 0.1,
+    device: Optional[torch.device] = None,
+    generator: Optional[torch.Generator] = None,
+) -> Corruption:
+    """Choose which patches to corrupt and how, independently per image."""
+    if random_fraction > 0 and num_patches < 2:
+        raise ValueError("replacing a patch by another patch needs at least two patches per image")
+    k = num_corrupted(num_patches, rate)
+    # The k smallest of n uniform draws are a uniformly random k-subset.
+    noise = torch.rand(batch_size, num_patches, device=device, generator=generator)
+    positions = noise.argsort(dim=1)[:, :k]
+    choice = torch.rand(batch_size, k, device=device, generator=generator)
+    replacement = torch.full_like(positions, UNCHANGED)
+    replacement = replacement.masked_fill(choice < mask_fraction + random_fraction, RANDOM)
+    replacement = replacement.masked_fill(choice < mask_fraction, MASK)
+    # An offset in [1, n) from the patch itself: uniform over the other n - 1 patches, never itself.
+    offsets = torch.randint(1, max(num_patches, 2), (batch_size, k), device=device, generator=generator)
+    sources = (positions + offsets) % num_patches
+    return Corruption(positions=positions, replacement=replacement, sources=sources)
+
+
+def corrupt_patch_embeddings(
+    embeddings: torch.Tensor, mask_embedding: torch.Tensor, corruption: Corruption
+) -> torch.Tensor:
+    """Apply ``corruption`` to patch embeddings (b n d); the mask embedding is (d,). Returns a new tensor."""
+    dim = embeddings.shape[-1]
+    positions = repeat(corruption.positions, "b k -> b k d", d=dim)
+    original = embeddings.gather(1, positions)
+    other = embeddings.gather(1, repeat(corruption.sources, "b k -> b k d", d=dim))
+    replacement = corruption.replacement.unsqueeze(-1)
+    corrupted = torch.where(replacement == RANDOM, other, original)
+    corrupted = torch.where(replacement == MASK, mask_embedding.to(embeddings.dtype), corrupted)
+    return embeddings.scatter(1, positions, corrupted)

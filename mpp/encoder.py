@@ -1,0 +1,54 @@
+"""The encoder: timm's VisionTransformer, built by name with optional explicit sizes (paper Sec. 3.1, Table 1)."""
+
+from __future__ import annotations
+
+import difflib
+
+import timm
+import torch
+from timm.models.vision_transformer import VisionTransformer
+
+from mpp.config import ConfigError, ModelConfig
+
+_SIZE_FIELDS = ("img_size", "patch_size", "embed_dim", "depth", "num_heads")
+
+
+def encoder_kwargs(cfg: ModelConfig) -> dict:
+    """The arguments for ``timm.create_model``: the sizes set in ``cfg`` override the named architecture's."""
+    sizes = {name: getattr(cfg, name) for name in _SIZE_FIELDS if getattr(cfg, name) is not None}
+    # A [class] token and learnable 1-D position embeddings added to it too: the paper's (and timm's default) ViT.
+    return dict(
+        num_classes=0,
+        global_pool="token",
+        class_token=True,
+        pos_embed="learn",
+        no_embed_class=False,
+        in_chans=cfg.in_chans,
+        drop_path_rate=cfg.drop_path_rate,
+        **sizes,
+    )
+
+
+def create_encoder(cfg: ModelConfig) -> VisionTransformer:
+    """A randomly initialised ViT without a head; ``forward_features`` gives (b, 1 + n, d) tokens."""
+    vit_names = timm.list_models("vit_*")
+    if cfg.name not in vit_names:
+        close = difflib.get_close_matches(cfg.name, vit_names, n=3, cutoff=0.5) or ["vit_base_patch16_224"]
+        raise ConfigError(
+            f"model.name={cfg.name!r} is not a timm Vision Transformer (timm.list_models('vit_*')); "
+            f"e.g. {', '.join(close)}"
+        )
+    encoder = timm.create_model(cfg.name, pretrained=False, **encoder_kwargs(cfg))
+    if not isinstance(encoder, VisionTransformer):
+        raise ConfigError(f"model.name={cfg.name!r} builds a {type(encoder).__name__}, not a VisionTransformer")
+    img_size, patch_size = encoder.patch_embed.img_size, encoder.patch_embed.patch_size
+    if img_size[0] % patch_size[0] or img_size[1] % patch_size[1]:
+        raise ConfigError(
+            f"image size {img_size} of {cfg.name} is not divisible by its patch size {patch_size}; "
+            "set model.img_size to a multiple of the patch size"
+        )
+    return encoder
+
+
+def count_parameters(module: torch.nn.Module) -> int:
+    return sum(parameter.numel() for parameter in module.parameters())

@@ -1,0 +1,172 @@
+"""The training loop, shared by the recipes: accumulation, clipping, schedule, logging and checkpoints.
+
+The model's forward returns an object with ``loss`` and ``accuracy`` (scalars); the loop needs nothing else from it.
+After ``accelerator.prepare`` nothing here is device-specific.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
+
+from mpp.checkpoint import save_checkpoint
+from mpp.config import ConfigError, TrainConfig
+from mpp.schedule import learning_rate
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class BatchPlan:
+    """How one optimizer step's global batch splits over processes and accumulation steps."""
+
+    global_batch_size: int
+    micro_batch_size: int  # per process, per forward pass
+    num_processes: int
+    accumulation_steps: int
+
+
+def plan_batches(cfg: TrainConfig, num_processes: int) -> BatchPlan:
+    micro = cfg.micro_batch_size or cfg.global_batch_size // num_processes
+    per_pass = micro * num_processes
+    if micro < 1 or cfg.global_batch_size % per_pass:
+        raise ConfigError(
+            f"train.global_batch_size={cfg.global_batch_size} is not a whole number of passes of "
+            f"train.micro_batch_size={micro} on each of {num_processes} processes; make the global batch a "
+            f"multiple of micro_batch_size x processes"
+        )
+    return BatchPlan(cfg.global_batch_size, micro, num_processes, cfg.global_batch_size // per_pass)
+
+
+def describe_plan(plan: BatchPlan, cfg: TrainConfig) -> str:
+    return (
+        f"global batch {plan.global_batch_size} = {plan.micro_batch_size} per pass x {plan.num_processes} "
+        f"process(es) x {plan.accumulation_steps} accumulation step(s); {cfg.steps} steps "
+        f"({cfg.steps * plan.global_batch_size} images); peak lr {cfg.lr:.2e}, {cfg.warmup_steps} warm-up steps, "
+        f"{cfg.decay} decay"
+    )
+
+
+def set_cpu_threads(accelerator: Accelerator, threads: int) -> int:
+    """On a CPU, use ``threads`` per process, or share this machine's cores (accelerate launch sets just one)."""
+    if accelerator.device.type == "cpu":
+        local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", accelerator.num_processes))
+        torch.set_num_threads(threads or max(1, len(os.sched_getaffinity(0)) // local_processes))
+    return torch.get_num_threads()
+
+
+def endless_batches(loader: DataLoader, accelerator: Accelerator, start: int) -> Iterator[Any]:
+    """Batches epoch after epoch, starting after the first ``start`` (so a resumed run sees what it would have)."""
+    epoch, skip = divmod(start, len(loader))
+    while True:
+        loader.set_epoch(epoch)  # the shuffle order is a function of (seed, epoch)
+        yield from accelerator.skip_first_batches(loader, skip) if skip else loader
+        epoch, skip = epoch + 1, 0
+
+
+def train(
+    accelerator: Accelerator,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loader: DataLoader,
+    cfg: TrainConfig,
+    plan: BatchPlan,
+    run_dir: Path,
+    config: Any,
+    seed: int,
+    start_step: int = 0,
+) -> dict[str, Any]:
+    """Train from ``start_step`` to ``cfg.steps``; returns the final metrics of the run."""
+    batches = endless_batches(loader, accelerator, start=start_step * plan.accumulation_steps)
+    # Running sums stay on the device; they are read (one synchronisation) only on log steps.
+    sums = torch.zeros(2, device=accelerator.device)  # loss, accuracy
+    passes = 0
+    grad_norm = torch.zeros((), device=accelerator.device)
+    metrics: dict[str, Any] = {}
+    run_start = window_start = time.perf_counter()
+    first_step_done = run_start
+    progress = tqdm(total=cfg.steps, initial=start_step, desc="train", disable=not accelerator.is_local_main_process)
+    model.train()
+    with logging_redirect_tqdm():
+        for step in range(start_step, cfg.steps):
+            lr = learning_rate(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.decay, cfg.min_lr)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            for micro_step in range(plan.accumulation_steps):
+                images, labels = next(batches)
+                # Every random draw of the pass (corruption, dropout) is a function of (seed, step, pass, process),
+                # so a resumed run draws what an uninterrupted one would. Seeded after fetching the batch: starting
+                # a loader iterator (as resuming does) consumes random numbers too.
+                set_seed(hash((seed, step, micro_step, accelerator.process_index)) % 2**32)  # every backend's RNG
+                with accelerator.accumulate(model):
+                    output = model(images, labels)
+                    accelerator.backward(output.loss)
+                    if accelerator.sync_gradients:
+                        grad_norm = accelerator.clip_grad_norm_(model.parameters(), cfg.grad_clip_norm)
+                    optimizer.step()  # a no-op until the last accumulation pass
+                    optimizer.zero_grad(set_to_none=True)
+                sums += torch.stack([output.loss.detach(), output.accuracy.detach()])
+                passes += 1
+            progress.update()
+            done = step + 1
+            if done == start_step + 1:
+                first_step_done = time.perf_counter()  # throughput excludes the first step's warm-up
+
+            if done % cfg.log_every == 0 or done == cfg.steps:
+                loss, accuracy = (accelerator.reduce(sums, "mean") / passes).tolist()
+                now = time.perf_counter()
+                window_steps = passes // plan.accumulation_steps
+                metrics = {
+                    "loss": loss,
+                    "mpp_accuracy": accuracy,
+                    "lr": lr,
+                    "grad_norm": grad_norm.item(),
+                    "images_per_second": window_steps * plan.global_batch_size / (now - window_start),
+                }
+                if not math.isfinite(loss):
+                    logger.warning("step %d: loss is %s", done, loss)
+                # The x-axis counts images seen, so runs with different batch sizes line up.
+                images_seen = done * plan.global_batch_size
+                accelerator.log({f"train/{key}": value for key, value in metrics.items()}, step=images_seen)
+                progress.set_postfix(loss=f"{loss:.4f}", acc=f"{accuracy:.3f}")
+                logger.info(
+                    "step %d/%d  loss %.4f  mpp_accuracy %.4f  lr %.2e  grad_norm %.3f  %.1f images/s",
+                    done, cfg.steps, loss, accuracy, lr, metrics["grad_norm"], metrics["images_per_second"],
+                )
+                sums.zero_()
+                passes, window_start = 0, now
+
+            if done % cfg.checkpoint_every == 0 or done == cfg.steps:
+                saving = time.perf_counter()
+                path = save_checkpoint(accelerator, run_dir, done, config, cfg.keep_checkpoints)
+                logger.info("saved checkpoint %s", path)
+                pause = time.perf_counter() - saving  # speeds count training time, not checkpoint writing
+                window_start, first_step_done = window_start + pause, first_step_done + pause
+    progress.close()
+
+    steps_run = cfg.steps - start_step
+    elapsed = time.perf_counter() - (first_step_done if steps_run > 1 else run_start)
+    timed_steps = steps_run - 1 if steps_run > 1 else steps_run
+    return {
+        "step": cfg.steps,
+        "loss": metrics.get("loss"),
+        "mpp_accuracy": metrics.get("mpp_accuracy"),
+        "images_per_second": timed_steps * plan.global_batch_size / elapsed if steps_run else None,
+        "images_seen": cfg.steps * plan.global_batch_size,
+        "num_processes": plan.num_processes,
+        "global_batch_size": plan.global_batch_size,
+        "steps_this_session": steps_run,
+        "wall_seconds_this_session": time.perf_counter() - run_start,
+    }

@@ -1,0 +1,69 @@
+"""One directory per run: ``config.yaml``, ``log.txt``, TensorBoard events, ``checkpoints/``, ``export/`` and
+``metrics.json``. A run never writes over an earlier one unless told to resume it or to overwrite it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from accelerate import PartialState
+from accelerate.utils import broadcast_object_list
+
+
+class RunDirectoryError(RuntimeError):
+    """The output directory cannot be used as asked."""
+
+
+def resolve_output_dir(output_dir: str, prefix: str) -> Path:
+    """``output_dir``, or ``runs/<prefix>-<date>-<time>`` named by the main process for every process."""
+    if output_dir:
+        return Path(output_dir)
+    name = [f"runs/{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"]
+    broadcast_object_list(name)  # processes may start a second apart: all take the main process's name
+    return Path(name[0])
+
+
+def claim_output_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
+    """Make ``run_dir`` this run's own, or raise if it holds an earlier run that we were not told to continue."""
+    state = PartialState()
+    holds_run = run_dir.is_dir() and any(run_dir.iterdir())
+    if holds_run and not (resume or overwrite):
+        raise RunDirectoryError(
+            f"output_dir {run_dir} already holds a run ({', '.join(sorted(p.name for p in run_dir.iterdir()))}); "
+            "pass resume=auto (or --resume) to continue it, overwrite=true to delete it and start again, "
+            "or choose another output_dir"
+        )
+    state.wait_for_everyone()  # every process has looked before the main process changes anything
+    if state.is_main_process:
+        if holds_run and overwrite and not resume:
+            shutil.rmtree(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+    state.wait_for_everyone()
+
+
+def configure_logging() -> None:
+    """Log lines on the console from the main process only; accelerate's own chatter at warnings."""
+    level = logging.INFO if PartialState().is_main_process else logging.WARNING
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S", level=level)
+    logging.getLogger("accelerate").setLevel(logging.WARNING)
+
+
+def log_to_file(run_dir: Path) -> None:
+    """Send the package's log records to ``<run>/log.txt`` too (main process only, appending across resumes)."""
+    if PartialState().is_main_process:
+        handler = logging.FileHandler(run_dir / "log.txt")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.getLogger().addHandler(handler)
+
+
+def write_metrics(run_dir: Path, metrics: dict[str, Any]) -> None:
+    """Write ``metrics.json`` whole or not at all (main process only)."""
+    if PartialState().is_main_process:
+        partial = run_dir / "metrics.json.partial"
+        partial.write_text(json.dumps(metrics, indent=2) + "\n")
+        os.replace(partial, run_dir / "metrics.json")

@@ -1,0 +1,107 @@
+"""Masked patch prediction pre-training of a Vision Transformer (ViT paper Sec. 4.6, App. B.1.2).
+
+    accelerate launch recipes/mpp.py [--config recipes/configs/<preset>.yaml] [--resume] [key=value ...]
+
+With no arguments: the tiny CPU preset on the embedded shapes data. The run directory gets config.yaml, log.txt,
+TensorBoard events, checkpoints/, export/ (the encoder in timm's hub format) and metrics.json.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+# Python puts this script's folder first on sys.path, where this file, mpp.py, would shadow the `mpp` package.
+sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
+
+from accelerate import Accelerator, PartialState
+from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, set_seed
+from timm.optim import create_optimizer_v2
+
+from mpp.checkpoint import EXPORT_DIR, check_resume_compatible, export_encoder, load_checkpoint, resume_checkpoint
+from mpp.config import ConfigError, MPPRunConfig, parse_command_line, save_config
+from mpp.data import build_dataset, build_train_loader
+from mpp.encoder import count_parameters, create_encoder
+from mpp.engine import describe_plan, plan_batches, set_cpu_threads, train
+from mpp.masked_patch_prediction import MaskedPatchPredictor
+from mpp.run_directory import (
+    RunDirectoryError,
+    claim_output_dir,
+    configure_logging,
+    log_to_file,
+    resolve_output_dir,
+    write_metrics,
+)
+
+DEFAULT_PRESET = Path(__file__).parent / "configs" / "mpp_tiny_cpu.yaml"
+logger = logging.getLogger("mpp.recipes.mpp")
+
+
+def main(cfg: MPPRunConfig) -> dict[str, Any]:
+    # Processes, run directory and batch split: derived once, logged once.
+    state = PartialState()
+    run_dir = resolve_output_dir(cfg.output_dir, prefix="mpp")
+    plan = plan_batches(cfg.train, state.num_processes)
+    accelerator = Accelerator(
+        mixed_precision=cfg.train.mixed_precision,
+        gradient_accumulation_plugin=GradientAccumulationPlugin(
+            num_steps=plan.accumulation_steps, sync_with_dataloader=False
+        ),
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=cfg.seed),
+        log_with="tensorboard",
+        project_dir=str(run_dir.parent),  # events land in run_dir itself: see init_trackers below
+    )
+    set_seed(cfg.seed)
+    threads = set_cpu_threads(accelerator, cfg.train.cpu_threads)
+
+    # Model and data: everything that can be wrong with the config fails here, before anything is written.
+    encoder = create_encoder(cfg.model)
+    model = MaskedPatchPredictor(encoder, cfg.mpp, mean=cfg.data.mean, std=cfg.data.std)
+    dataset = build_dataset(cfg.data, "train", image_size=encoder.patch_embed.img_size[0])
+    loader = build_train_loader(dataset, plan.micro_batch_size, cfg.data.num_workers)
+    optimizer = create_optimizer_v2(
+        model, opt="adamw", lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, betas=cfg.train.betas
+    )
+    checkpoint = resume_checkpoint(cfg.resume, run_dir)
+    if checkpoint is not None:
+        check_resume_compatible(checkpoint, cfg)
+
+    # The run directory: claimed (never silently overwritten), then written.
+    claim_output_dir(run_dir, resume=bool(cfg.resume), overwrite=cfg.overwrite)
+    log_to_file(run_dir)
+    if accelerator.is_main_process:
+        save_config(cfg, run_dir / "config.yaml")
+    accelerator.init_trackers(run_dir.name)
+    logger.info("run directory %s; %s on %s, %d threads per process", run_dir, cfg.model.name, accelerator.device,
+                threads)
+    logger.info("plan: %s", describe_plan(plan, cfg.train))
+    logger.info("encoder: %.2fM parameters, %d patches per image; target %s", count_parameters(encoder) / 1e6,
+                encoder.patch_embed.num_patches, cfg.mpp.target)
+
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    start_step = 0
+    if checkpoint is not None:
+        start_step = load_checkpoint(accelerator, checkpoint)
+        logger.info("resumed from %s at step %d", checkpoint, start_step)
+
+    metrics = train(accelerator, model, optimizer, loader, cfg.train, plan, run_dir, cfg, cfg.seed, start_step)
+
+    if accelerator.is_main_process:
+        encoder = accelerator.unwrap_model(model).encoder
+        export_encoder(encoder, run_dir / EXPORT_DIR, cfg.data.mean, cfg.data.std, tag="mpp")
+    accelerator.wait_for_everyone()
+    write_metrics(run_dir, metrics)
+    logger.info("done: loss %s, mpp_accuracy %s, %.1f images/s; encoder exported to %s",
+                metrics["loss"], metrics["mpp_accuracy"], metrics["images_per_second"] or 0, run_dir / EXPORT_DIR)
+    accelerator.end_training()
+    return metrics
+
+
+if __name__ == "__main__":
+    configure_logging()
+    try:
+        main(parse_command_line(MPPRunConfig, sys.argv[1:], DEFAULT_PRESET, description=__doc__))
+    except (ConfigError, RunDirectoryError) as error:
+        sys.exit(f"error: {error}")

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mpp.config import ConfigError, MPPRunConfig, build_config, config_keys, config_to_dict, parse_command_line
+
+PRESETS = sorted((Path(__file__).parents[1] / "recipes" / "configs").glob("*.yaml"))
+
+
+def test_dotted_overrides_are_typed_by_the_field():
+    cfg = build_config(
+        MPPRunConfig,
+        overrides=["train.lr=1e-3", "train.steps=1_000", "seed=7", "mpp.target=pixels", "overwrite=true",
+                   "model.img_size=64", "data.mean=[0.1,0.2,0.3]", "train.micro_batch_size=null", "output_dir=runs/x"],
+    )
+    assert cfg.train.lr == 1e-3 and cfg.train.steps == 1000 and cfg.seed == 7 and cfg.overwrite is True
+    assert cfg.mpp.target == "pixels" and cfg.model.img_size == 64 and cfg.data.mean == (0.1, 0.2, 0.3)
+    assert cfg.train.micro_batch_size is None and cfg.output_dir == "runs/x"
+
+
+def test_defaults_are_the_papers_mpp_settings():
+    cfg = MPPRunConfig()
+    assert (cfg.mpp.corruption_rate, cfg.mpp.mask_fraction, cfg.mpp.random_fraction) == (0.5, 0.8, 0.1)
+    assert (cfg.mpp.target, cfg.mpp.colour_bits) == ("mean_colour", 3)
+    assert (cfg.train.lr, cfg.train.warmup_steps, cfg.train.decay) == (2e-4, 10_000, "cosine")
+    assert (cfg.train.global_batch_size, cfg.train.steps, cfg.train.betas) == (4096, 1_000_000, (0.9, 0.999))
+    assert cfg.train.grad_clip_norm == 1.0
+
+
+def test_preset_then_command_line(tmp_path):
+    preset = tmp_path / "preset.yaml"
+    preset.write_text("train:\n  lr: 1e-3\n  steps: 50\nmpp:\n  corruption_rate: 0.15\n")
+    cfg = build_config(MPPRunConfig, preset, ["train.steps=60"])
+    assert (cfg.train.lr, cfg.train.steps, cfg.mpp.corruption_rate) == (1e-3, 60, 0.15)  # YAML's "1e-3" is a float
+
+
+def test_unknown_key_is_an_error_that_lists_the_valid_ones(tmp_path):
+    with pytest.raises(ConfigError) as error:
+        build_config(MPPRunConfig, overrides=["train.step=10"])
+    message = str(error.value)
+    assert "unknown config key 'train.step'" in message and "did you mean 'train.steps'" in message
+    assert all(key in message for key in config_keys(MPPRunConfig))
+    preset = tmp_path / "preset.yaml"
+    preset.write_text("mpp:\n  mask_rate: 0.5\n")
+    with pytest.raises(ConfigError, match="unknown config key 'mpp.mask_rate'"):
+        build_config(MPPRunConfig, preset)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("train.steps=1.5", "not a valid int"),
+        ("train.lr=fast", "not a valid float"),
+        ("overwrite=maybe", "not a valid bool"),
+        ("mpp.target=colour", "not one of: mean_colour, downsampled, pixels"),
+        ("mpp.corruption_rate=0", "must lie in"),
+        ("mpp.mask_fraction=0.95", "sum to at most 1"),
+        ("model.img_size=30", "not divisible by model.patch_size"),
+        ("train.betas=[0.9]", "must have 2 items"),
+        ("steps", "not of the form key=value"),
+    ],
+)
+def test_bad_values_name_the_key_and_the_problem(override, message):
+    overrides = [override] + (["model.patch_size=4"] if override.startswith("model.img_size") else [])
+    with pytest.raises(ConfigError, match=message):
+        build_config(MPPRunConfig, overrides=overrides)
+
+
+def test_missing_preset_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        build_config(MPPRunConfig, tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=[p.stem for p in PRESETS])
+def test_every_shipped_preset_builds(preset):
+    cfg = build_config(MPPRunConfig, preset)
+    assert config_to_dict(cfg)["model"]["name"].startswith("vit_")
+
+
+def test_resume_flag_means_resume_auto():
+    cfg = parse_command_line(MPPRunConfig, ["--resume", "seed=3"], PRESETS[0], description="")
+    assert cfg.resume == "auto" and cfg.seed == 3

@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mpp.corruption import MASK, RANDOM, UNCHANGED, corrupt_patch_embeddings, draw_corruption, num_corrupted
+
+
+@pytest.mark.parametrize(
+    ("rate", "mask_fraction", "random_fraction"), [(0.5, 0.8, 0.1), (0.15, 0.8, 0.1), (0.4, 0.6, 0.3)]
+)
+def test_corrupted_fraction_and_split_match_the_configuration(rate, mask_fraction, random_fraction):
+    batch, patches = 2000, 64
+    generator = torch.Generator().manual_seed(1)
+    corruption = draw_corruption(batch, patches, rate, mask_fraction, random_fraction, generator=generator)
+
+    k = round(rate * patches)
+    assert corruption.positions.shape == (batch, k)
+    # Distinct positions within every image: exactly the configured fraction is corrupted.
+    assert all(len(set(row.tolist())) == k for row in corruption.positions[:100])
+    assert corruption.positions.sort(dim=1).values.diff(dim=1).gt(0).all()
+
+    # Uniform choice: every patch position is corrupted with probability `rate`.
+    hits = torch.zeros(patches).index_add_(0, corruption.positions.flatten(), torch.ones(batch * k))
+    assert torch.allclose(hits / batch, torch.full((patches,), k / patches), atol=0.04)
+
+    kinds = corruption.replacement.flatten()
+    total = kinds.numel()
+    assert abs((kinds == MASK).sum() / total - mask_fraction) < 0.01
+    assert abs((kinds == RANDOM).sum() / total - random_fraction) < 0.01
+    assert abs((kinds == UNCHANGED).sum() / total - (1 - mask_fraction - random_fraction)) < 0.01
+
+
+def test_random_sources_are_uniform_over_the_other_patches_never_the_patch_itself():
+    corruption = draw_corruption(4000, 16, 0.5, generator=torch.Generator().manual_seed(2))
+    assert (corruption.sources != corruption.positions).all()
+    assert ((corruption.sources >= 0) & (corruption.sources < 16)).all()
+    offsets = (corruption.sources - corruption.positions) % 16  # 1..15, each equally likely
+    counts = torch.bincount(offsets.flatten(), minlength=16).float()
+    assert counts[0] == 0
+    assert torch.allclose(counts[1:] / counts[1:].sum(), torch.full((15,), 1 / 15), atol=0.01)
+
+
+def test_each_kind_of_corruption_writes_what_it_should():
+    batch, patches, dim = 64, 16, 8
+    embeddings = torch.randn(batch, patches, dim)  # every patch embedding distinct
+    mask_embedding = torch.randn(dim)
+    corruption = draw_corruption(batch, patches, 0.5, generator=torch.Generator().manual_seed(3))
+    corrupted = corrupt_patch_embeddings(embeddings, mask_embedding, corruption)
+
+    assert corrupted.shape == embeddings.shape
+    is_corrupted = torch.zeros(batch, patches, dtype=torch.bool).scatter(1, corruption.positions, True)
+    assert torch.equal(corrupted[~is_corrupted], embeddings[~is_corrupted])  # the rest untouched
+
+    rows = torch.arange(batch)[:, None].expand_as(corruption.positions)
+    received = corrupted[rows, corruption.positions]  # (b k d)
+    original = embeddings[rows, corruption.positions]
+    kind = corruption.replacement
+    assert torch.equal(received[kind == MASK], mask_embedding.expand(int((kind == MASK).sum()), dim))
+    assert torch.equal(received[kind == UNCHANGED], original[kind == UNCHANGED])
+    # A random position holds exactly one other patch's (uncorrupted) embedding of its image, never its own.
+    matches = (received[:, :, None, :] == embeddings[:, None, :, :]).all(dim=-1)  # (b k n)
+    random = kind == RANDOM
+    assert random.any()
+    assert (matches[random].sum(dim=-1) == 1).all()
+    assert (matches[random].float().argmax(dim=-1) != corruption.positions[random]).all()
+    assert (kind == MASK).any() and (kind == UNCHANGED).any()
+
+
+def test_gradients_reach_the_mask_embedding_and_the_patch_embeddings():
+    embeddings = torch.randn(4, 16, 8, requires_grad=True)
+    mask_embedding = torch.randn(8, requires_grad=True)
+    corruption = draw_corruption(4, 16, 0.5, generator=torch.Generator().manual_seed(4))
+    corrupt_patch_embeddings(embeddings, mask_embedding, corruption).sum().backward()
+    masked = int((corruption.replacement == MASK).sum())
+    assert torch.equal(mask_embedding.grad, torch.full((8,), float(masked)))
+    assert embeddings.grad.abs().sum() > 0
+
+
+def test_same_generator_seed_same_draw_and_at_least_one_patch():
+    first = draw_corruption(8, 16, 0.5, generator=torch.Generator().manual_seed(5))
+    second = draw_corruption(8, 16, 0.5, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(first.positions, second.positions) and torch.equal(first.sources, second.sources)
+    assert num_corrupted(16, 0.01) == 1
+    assert num_corrupted(196, 0.15) == 29

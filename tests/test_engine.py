@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DataLoaderConfiguration
+from torch.utils.data import DataLoader, TensorDataset
+
+from mpp.config import ConfigError, TrainConfig
+from mpp.engine import endless_batches, plan_batches
+
+
+def test_batch_plan_splits_the_global_batch():
+    plan = plan_batches(TrainConfig(global_batch_size=4096, micro_batch_size=256), num_processes=4)
+    assert (plan.micro_batch_size, plan.accumulation_steps) == (256, 4)
+    plan = plan_batches(TrainConfig(global_batch_size=64), num_processes=2)
+    assert (plan.micro_batch_size, plan.accumulation_steps) == (32, 1)
+    with pytest.raises(ConfigError, match="not a whole number of passes"):
+        plan_batches(TrainConfig(global_batch_size=100, micro_batch_size=16), num_processes=2)
+
+
+def test_resumed_batches_continue_where_an_uninterrupted_run_would_be():
+    seeded = DataLoaderConfiguration(use_seedable_sampler=True, data_seed=3)
+    accelerator = Accelerator(cpu=True, dataloader_config=seeded)
+    dataset = TensorDataset(torch.arange(20))
+    loader = accelerator.prepare(DataLoader(dataset, batch_size=4, shuffle=True, drop_last=True))  # 5 per epoch
+    straight = [batch[0].tolist() for batch in itertools.islice(endless_batches(loader, accelerator, 0), 13)]
+    resumed = [batch[0].tolist() for batch in itertools.islice(endless_batches(loader, accelerator, 7), 6)]
+    assert resumed == straight[7:]
+    assert sorted(sum(straight[:5], [])) == list(range(20))  # an epoch sees every sample once
+    assert straight[:5] != straight[5:10]  # and each epoch reshuffles
+
+
+def test_accumulation_takes_one_optimizer_step_per_global_batch(tiny_model_config, tmp_path):
+    from accelerate.utils import GradientAccumulationPlugin
+
+    from mpp.config import MPPConfig, MPPRunConfig
+    from mpp.encoder import create_encoder
+    from mpp.engine import train
+    from mpp.masked_patch_prediction import MaskedPatchPredictor
+    from mpp.shapes import ShapesDataset
+
+    cfg = TrainConfig(steps=3, global_batch_size=8, micro_batch_size=4, warmup_steps=1, log_every=1,
+                      checkpoint_every=10)
+    plan = plan_batches(cfg, num_processes=1)
+    assert plan.accumulation_steps == 2
+    accelerator = Accelerator(
+        cpu=True, gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=2, sync_with_dataloader=False)
+    )
+    model = MaskedPatchPredictor(create_encoder(tiny_model_config), MPPConfig(), (0.5,) * 3, (0.5,) * 3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    loader = DataLoader(ShapesDataset("train", 16), batch_size=4, shuffle=True, drop_last=True)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+
+    metrics = train(accelerator, model, optimizer, loader, cfg, plan, tmp_path, MPPRunConfig(), seed=0)
+    adam_steps = {int(state["step"]) for state in optimizer.optimizer.state.values()}
+    assert adam_steps == {3}  # 6 passes, 3 optimizer steps
+    assert metrics["step"] == 3 and metrics["images_seen"] == 24 and metrics["loss"] > 0
+    assert (tmp_path / "checkpoints" / "step_00000003").is_dir()  # the final checkpoint is always written

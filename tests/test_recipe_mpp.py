@@ -1,0 +1,108 @@
+"""recipes/mpp.py end to end, as a user runs it: ``accelerate launch`` in a subprocess, on the CPU."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from mpp.config import ModelConfig
+from mpp.encoder import create_encoder
+
+RECIPE = Path(__file__).parents[1] / "recipes" / "mpp.py"
+TINY = [
+    "model.img_size=16", "model.patch_size=4", "model.embed_dim=32", "model.depth=2", "model.num_heads=2",
+    "train.global_batch_size=8", "train.warmup_steps=2", "train.log_every=2", "train.checkpoint_every=3",
+    "train.steps=6",
+]
+
+
+def launch(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
+               "--mixed_precision", "no", "--dynamo_backend", "no", str(RECIPE), *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("recipe") / "run"
+    launch(f"output_dir={run_dir}", *TINY)
+    return run_dir
+
+
+def test_a_run_writes_its_whole_directory(run):
+    assert (run / "config.yaml").is_file() and (run / "log.txt").is_file()
+    assert list(run.glob("events.out.tfevents.*")), "TensorBoard events belong in the run directory"
+    assert [p.name for p in sorted((run / "checkpoints").iterdir())] == ["step_00000003", "step_00000006"]
+    assert (run / "export" / "config.json").is_file() and (run / "export" / "model.safetensors").is_file()
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["train"]["steps"] == 6 and config["model"]["depth"] == 2 and config["mpp"]["target"] == "mean_colour"
+
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["step"] == 6 and metrics["num_processes"] == 1 and metrics["images_seen"] == 48
+    assert 0 < metrics["loss"] < 10 and 0 <= metrics["mpp_accuracy"] <= 1 and metrics["images_per_second"] > 0
+
+
+def test_tensorboard_has_the_promised_scalars(run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run)).Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"train/loss", "train/mpp_accuracy", "train/lr", "train/grad_norm", "train/images_per_second"} <= tags
+    assert [event.step for event in events.Scalars("train/loss")] == [16, 32, 48]  # x-axis: images seen
+
+
+def test_exported_encoder_is_the_trained_one_in_timm(run):
+    trained = load_file(run / "checkpoints" / "step_00000006" / "model.safetensors")
+    encoder = create_encoder(ModelConfig(name="vit_tiny_patch16_224", img_size=16, patch_size=4, embed_dim=32,
+                                         depth=2, num_heads=2))
+    encoder.load_state_dict({k.removeprefix("encoder."): v for k, v in trained.items() if k.startswith("encoder.")})
+    exported = timm.create_model(f"local-dir:{run / 'export'}", pretrained=True)
+    images = torch.rand(3, 3, 16, 16)
+    with torch.no_grad():
+        assert torch.equal(exported.eval()(images), encoder.eval()(images))
+        assert torch.equal(exported.forward_features(images), encoder.forward_features(images))
+    assert list(exported.pretrained_cfg["mean"]) == [0.5, 0.5, 0.5]
+
+
+def test_resuming_from_a_checkpoint_gives_the_uninterrupted_result(run, tmp_path):
+    interrupted = tmp_path / "interrupted"
+    shutil.copytree(run, interrupted)  # as if the run had been stopped right after its step-3 checkpoint
+    for later in ("checkpoints/step_00000006", "export"):
+        shutil.rmtree(interrupted / later)
+    (interrupted / "metrics.json").unlink()
+
+    result = launch(f"output_dir={interrupted}", *TINY, "--resume")
+    assert "resumed from" in result.stderr and "at step 3" in result.stderr
+    assert json.loads((interrupted / "metrics.json").read_text())["step"] == 6
+    straight = load_file(run / "checkpoints" / "step_00000006" / "model.safetensors")
+    resumed = load_file(interrupted / "checkpoints" / "step_00000006" / "model.safetensors")
+    assert straight.keys() == resumed.keys()
+    assert all(torch.equal(straight[key], resumed[key]) for key in straight)  # data, corruption, lr, Adam: all resumed
+
+
+def test_an_earlier_run_is_never_overwritten_silently(run):
+    before = {path: path.stat().st_mtime_ns for path in run.rglob("*")}
+    result = launch(f"output_dir={run}", *TINY, check=False)
+    assert result.returncode != 0
+    assert "already holds a run" in result.stderr and "resume=auto" in result.stderr
+    assert {path: path.stat().st_mtime_ns for path in run.rglob("*")} == before
+
+
+def test_an_unknown_key_is_refused_with_the_valid_keys(tmp_path):
+    result = subprocess.run([sys.executable, str(RECIPE), f"output_dir={tmp_path / 'run'}", "mpp.corruption=0.5"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "unknown config key 'mpp.corruption'" in result.stderr and "mpp.corruption_rate" in result.stderr
+    assert "valid keys:" in result.stderr and not (tmp_path / "run").exists()
