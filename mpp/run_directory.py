@@ -15,6 +15,9 @@ from accelerate import PartialState
 from accelerate.utils import broadcast_object_list
 
 
+RUNS_DIR = Path("runs")  # where a run goes when no output_dir is given
+
+
 class RunDirectoryError(RuntimeError):
     """The output directory cannot be used as asked."""
 
@@ -23,9 +26,9 @@ def resolve_output_dir(output_dir: str, prefix: str) -> Path:
     """``output_dir``, or ``runs/<prefix>-<date>-<time>`` named by the main process for every process."""
     if output_dir:
         return Path(output_dir)
-    name = [f"runs/{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"]
+    name = [f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"]
     broadcast_object_list(name)  # processes may start a second apart: all take the main process's name
-    return Path(name[0])
+    return RUNS_DIR / name[0]
 
 
 def claim_output_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:

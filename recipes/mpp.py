@@ -16,7 +16,7 @@ from typing import Any
 # Python puts this script's folder first on sys.path, where this file, mpp.py, would shadow the `mpp` package.
 sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
 
-from accelerate import Accelerator, PartialState
+from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, set_seed
 from timm.optim import create_optimizer_v2
 
@@ -27,6 +27,7 @@ from mpp.encoder import count_parameters, create_encoder
 from mpp.engine import describe_plan, plan_batches, set_cpu_threads, train
 from mpp.masked_patch_prediction import MaskedPatchPredictor
 from mpp.run_directory import (
+    RUNS_DIR,
     RunDirectoryError,
     claim_output_dir,
     configure_logging,
@@ -40,19 +41,19 @@ logger = logging.getLogger("mpp.recipes.mpp")
 
 
 def main(cfg: MPPRunConfig) -> dict[str, Any]:
-    # Processes, run directory and batch split: derived once, logged once.
-    state = PartialState()
-    run_dir = resolve_output_dir(cfg.output_dir, prefix="mpp")
-    plan = plan_batches(cfg.train, state.num_processes)
     accelerator = Accelerator(
         mixed_precision=cfg.train.mixed_precision,
-        gradient_accumulation_plugin=GradientAccumulationPlugin(
-            num_steps=plan.accumulation_steps, sync_with_dataloader=False
-        ),
+        gradient_accumulation_plugin=GradientAccumulationPlugin(sync_with_dataloader=False),  # steps: below
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=cfg.seed),
         log_with="tensorboard",
-        project_dir=str(run_dir.parent),  # events land in run_dir itself: see init_trackers below
+        # TensorBoard writes to <project_dir>/<run name>: the run directory itself (see init_trackers below).
+        project_dir=str(Path(cfg.output_dir).parent if cfg.output_dir else RUNS_DIR),
     )
+    configure_logging()
+    # Run directory and batch split: derived once, logged once.
+    run_dir = resolve_output_dir(cfg.output_dir, prefix="mpp")
+    plan = plan_batches(cfg.train, accelerator.num_processes)
+    accelerator.gradient_accumulation_steps = plan.accumulation_steps
     set_seed(cfg.seed)
     threads = set_cpu_threads(accelerator, cfg.train.cpu_threads)
 
@@ -100,7 +101,6 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    configure_logging()
     try:
         main(parse_command_line(MPPRunConfig, sys.argv[1:], DEFAULT_PRESET, description=__doc__))
     except (ConfigError, RunDirectoryError) as error:
