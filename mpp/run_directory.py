@@ -22,13 +22,18 @@ class RunDirectoryError(RuntimeError):
     """The output directory cannot be used as asked."""
 
 
+def runs_parent(output_dir: str) -> Path:
+    """The folder the run directory goes in; known before the run is named (accelerate's project_dir)."""
+    return Path(output_dir).parent if output_dir else RUNS_DIR
+
+
 def resolve_output_dir(output_dir: str, prefix: str) -> Path:
     """``output_dir``, or ``runs/<prefix>-<date>-<time>`` named by the main process for every process."""
     if output_dir:
         return Path(output_dir)
     name = [f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"]
     broadcast_object_list(name)  # processes may start a second apart: all take the main process's name
-    return RUNS_DIR / name[0]
+    return runs_parent(output_dir) / name[0]
 
 
 def claim_output_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:

@@ -27,12 +27,12 @@ from mpp.encoder import count_parameters, create_encoder
 from mpp.engine import describe_plan, plan_batches, set_cpu_threads, train
 from mpp.masked_patch_prediction import MaskedPatchPredictor
 from mpp.run_directory import (
-    RUNS_DIR,
     RunDirectoryError,
     claim_output_dir,
     configure_logging,
     log_to_file,
     resolve_output_dir,
+    runs_parent,
     write_metrics,
 )
 
@@ -47,7 +47,7 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=cfg.seed),
         log_with="tensorboard",
         # TensorBoard writes to <project_dir>/<run name>: the run directory itself (see init_trackers below).
-        project_dir=str(Path(cfg.output_dir).parent if cfg.output_dir else RUNS_DIR),
+        project_dir=str(runs_parent(cfg.output_dir)),
     )
     configure_logging()
     # Run directory and batch split: derived once, logged once.
