@@ -47,11 +47,55 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    source: str = "shapes"  # the embedded, procedurally generated dataset (mpp/shapes.py)
-    num_workers: int = 0  # loader processes; the embedded data renders fast enough in the main one
+    """Where images come from and how they become model inputs (mpp/data/)."""
+
+    # shapes | fashion-mnist[:<dir>] | cifar10:<dir> | cifar100:<dir> | folder:<dir> | hf:<name-or-path>
+    source: str = "shapes"  # the embedded, procedurally drawn dataset (mpp/data/shapes.py)
+    eval_folder: str = ""  # folder: a separate folder for the evaluation split (same class sub-folders)
+    # hf: split and column names; an empty column name means the dataset's one Image / ClassLabel column
+    train_split: str = "train"
+    eval_split: str = "test"
+    image_column: str = ""
+    label_column: str = ""
+    hf_config: str = ""  # load_dataset's configuration name
+    hf_data_dir: str = ""  # load_dataset's data_dir (e.g. with hf:imagefolder or hf:parquet)
+    hf_cache_dir: str = ""  # where load_dataset caches; empty: the datasets library's default
+    streaming: bool = False  # hf: read as a stream, for datasets larger than the disk
+    shuffle_buffer: int = 10_000  # streaming: examples in the shuffle buffer
+    max_bad_fraction: float = 0.01  # images that fail to decode are skipped; more than this fraction stops the run
+    # Seeded slices of the training split (App. B.1.1 holds out 1-10% of it to tune on)
+    holdout_fraction: float = 0.0  # this fraction of the training split becomes the "holdout" split
+    shots_per_class: int = 0  # > 0: keep this many training images per class (few-shot, low-label settings)
+    subset_seed: int = 0  # chooses the hold-out slice and the shots, independently of the run's seed
+    # Views: pre-training crops and flips (Inception-style, as the paper's ImageNet recipes); evaluation resizes
+    crop_scale: tuple[float, float] = (0.08, 1.0)
+    crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    hflip: float = 0.5
+    eval_crop_fraction: float = 1.0  # evaluation: centre square of this fraction of the short side, resized
+    # Loading; null picks for the machine: workers 0 on a CPU (training uses every core), else the cores per process
+    num_workers: Optional[int] = None
+    pin_memory: Optional[bool] = None  # null: on when training on a GPU
+    prefetch_factor: int = 2  # batches each worker loads ahead
     # Normalisation applied to the encoder's input; recorded in the exported encoder's pretrained_cfg.
     mean: tuple[float, ...] = (0.5, 0.5, 0.5)
     std: tuple[float, ...] = (0.5, 0.5, 0.5)
+
+    def __post_init__(self) -> None:
+        from mpp.data.sources import parse_source  # imported here: mpp.data imports this module
+
+        parse_source(self.source)
+        if not 0 <= self.holdout_fraction < 1:
+            raise ConfigError(f"data.holdout_fraction={self.holdout_fraction} must lie in [0, 1)")
+        if not 0 <= self.max_bad_fraction <= 1:
+            raise ConfigError(f"data.max_bad_fraction={self.max_bad_fraction} must lie in [0, 1]")
+        if not 0 < self.crop_scale[0] <= self.crop_scale[1] <= 1:
+            raise ConfigError(f"data.crop_scale={list(self.crop_scale)} must satisfy 0 < low <= high <= 1")
+        if not 0 < self.crop_ratio[0] <= self.crop_ratio[1]:
+            raise ConfigError(f"data.crop_ratio={list(self.crop_ratio)} must satisfy 0 < low <= high")
+        if not 0 < self.eval_crop_fraction <= 1:
+            raise ConfigError(f"data.eval_crop_fraction={self.eval_crop_fraction} must lie in (0, 1]")
+        if self.num_workers is not None and self.num_workers < 0:
+            raise ConfigError(f"data.num_workers={self.num_workers} must be at least 0 (or null: automatic)")
 
 
 @dataclass

@@ -6,6 +6,7 @@ After ``accelerator.prepare`` nothing here is device-specific.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import os
@@ -17,7 +18,7 @@ from typing import Any, Iterator
 import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
@@ -59,21 +60,45 @@ def describe_plan(plan: BatchPlan, cfg: TrainConfig) -> str:
     )
 
 
+def local_processes(accelerator: Accelerator) -> int:
+    """Processes of this run on this machine (they share its cores)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", accelerator.num_processes))
+
+
 def set_cpu_threads(accelerator: Accelerator, threads: int) -> int:
     """On a CPU, use ``threads`` per process, or share this machine's cores (accelerate launch sets just one)."""
     if accelerator.device.type == "cpu":
-        local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", accelerator.num_processes))
-        torch.set_num_threads(threads or max(1, len(os.sched_getaffinity(0)) // local_processes))
+        torch.set_num_threads(threads or max(1, len(os.sched_getaffinity(0)) // local_processes(accelerator)))
     return torch.get_num_threads()
 
 
 def endless_batches(loader: DataLoader, accelerator: Accelerator, start: int) -> Iterator[Any]:
     """Batches epoch after epoch, starting after the first ``start`` (so a resumed run sees what it would have)."""
-    epoch, skip = divmod(start, len(loader))
+    sized = not isinstance(loader.dataset, IterableDataset)
+    epoch, skip = divmod(start, len(loader)) if sized else (0, start)
     while True:
-        loader.set_epoch(epoch)  # the shuffle order is a function of (seed, epoch)
-        yield from accelerator.skip_first_batches(loader, skip) if skip else loader
-        epoch, skip = epoch + 1, 0
+        loader.set_epoch(epoch)  # the shuffle order is a function of (seed, epoch) ...
+        if hasattr(loader.dataset, "set_epoch"):
+            loader.dataset.set_epoch(epoch)  # ... and so are the augmented views
+        if sized:
+            yield from accelerator.skip_first_batches(loader, skip) if skip else loader
+            skip = 0
+        else:  # a stream has no length to divide by: it is read again up to the resume point
+            batches = iter(loader)
+            skip -= sum(1 for _ in itertools.islice(batches, skip))
+            yield from batches
+        epoch += 1
+
+
+def report_skipped_images(accelerator: Accelerator, dataset: Any) -> int:
+    """Images that could not be decoded and were skipped, over all processes; logged with a few of their names."""
+    count = getattr(dataset, "skipped_count", lambda: 0)()
+    total = int(accelerator.reduce(torch.tensor(count, device=accelerator.device), "sum"))
+    if total:
+        names = getattr(dataset, "undecodable_files", list)()[:5]
+        logger.warning("skipped %d image(s) that could not be decoded%s", total,
+                       f" (this process: {', '.join(names)}{', ...' if count > len(names) else ''})" if names else "")
+    return total
 
 
 def train(
@@ -155,6 +180,7 @@ def train(
                 pause = time.perf_counter() - saving  # speeds count training time, not checkpoint writing
                 window_start, first_step_done = window_start + pause, first_step_done + pause
     progress.close()
+    skipped = report_skipped_images(accelerator, loader.dataset)
 
     steps_run = cfg.steps - start_step
     elapsed = time.perf_counter() - (first_step_done if steps_run > 1 else run_start)
@@ -169,4 +195,5 @@ def train(
         "global_batch_size": plan.global_batch_size,
         "steps_this_session": steps_run,
         "wall_seconds_this_session": time.perf_counter() - run_start,
+        "skipped_images": skipped,
     }

@@ -7,7 +7,7 @@ output token. Loss and accuracy count corrupted patches only. The head runs on t
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -102,7 +102,12 @@ class MaskedPatchPredictor(nn.Module):
         """(b c h w) raw images in [0, 1] -> (b n t) colour classes, or (b n (p p 3)) pixels."""
         if self.cfg.target == "pixels":
             return pixel_targets(images, self.patch_size)
-        return colour_targets(images, self.patch_size, self.cells_per_side, self.cfg.colour_bits)
+        return self.scored_classes(images)
+
+    def scored_classes(self, images: torch.Tensor) -> torch.Tensor:
+        """(b n t) the colour classes accuracy is scored on: the targets, or for pixels each patch's mean colour."""
+        cells = 1 if self.cfg.target == "pixels" else self.cells_per_side
+        return colour_targets(images, self.patch_size, cells, self.cfg.colour_bits)
 
     def loss(self, prediction: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Loss and colour accuracy of the corrupted patches' predictions (``MPPOutput`` shapes)."""
@@ -138,3 +143,13 @@ class MaskedPatchPredictor(nn.Module):
         target = targets.gather(1, repeat(corruption.positions, "b k -> b k t", t=targets.shape[-1]))
         loss, accuracy = self.loss(prediction, target)
         return MPPOutput(loss=loss, accuracy=accuracy, prediction=prediction, target=target, corruption=corruption)
+
+
+@torch.no_grad()
+def most_frequent_class_accuracy(model: MaskedPatchPredictor, batches: Iterable[torch.Tensor]) -> float:
+    """The MPP accuracy of always predicting the most frequent colour class of these (b c h w) images: the floor
+    a trained predictor has to clear (corrupted patches are a uniform sample of all patches)."""
+    counts = torch.zeros(num_colour_classes(model.cfg.colour_bits), dtype=torch.long)
+    for images in batches:
+        counts += torch.bincount(model.scored_classes(images).flatten().cpu(), minlength=len(counts))
+    return (counts.max() / counts.sum()).item()

@@ -14,7 +14,6 @@ from typing import Any
 from accelerate import PartialState
 from accelerate.utils import broadcast_object_list
 
-
 RUNS_DIR = Path("runs")  # where a run goes when no output_dir is given
 
 

@@ -22,10 +22,10 @@ from timm.optim import create_optimizer_v2
 
 from mpp.checkpoint import EXPORT_DIR, check_resume_compatible, export_encoder, load_checkpoint, resume_checkpoint
 from mpp.config import ConfigError, MPPRunConfig, parse_command_line, save_config
-from mpp.data import build_dataset, build_train_loader
+from mpp.data import build_dataset, build_loader, prepare_loader, sample_images
 from mpp.encoder import count_parameters, create_encoder
-from mpp.engine import describe_plan, plan_batches, set_cpu_threads, train
-from mpp.masked_patch_prediction import MaskedPatchPredictor
+from mpp.engine import describe_plan, local_processes, plan_batches, set_cpu_threads, train
+from mpp.masked_patch_prediction import MaskedPatchPredictor, most_frequent_class_accuracy
 from mpp.run_directory import (
     RunDirectoryError,
     claim_output_dir,
@@ -37,6 +37,7 @@ from mpp.run_directory import (
 )
 
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "mpp_tiny_cpu.yaml"
+BASELINE_IMAGES = 2048  # sampled to measure the accuracy of always predicting the most frequent colour class
 logger = logging.getLogger("mpp.recipes.mpp")
 
 
@@ -60,8 +61,11 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
     # Model and data: everything that can be wrong with the config fails here, before anything is written.
     encoder = create_encoder(cfg.model)
     model = MaskedPatchPredictor(encoder, cfg.mpp, mean=cfg.data.mean, std=cfg.data.std)
-    dataset = build_dataset(cfg.data, "train", image_size=encoder.patch_embed.img_size[0])
-    loader = build_train_loader(dataset, plan.micro_batch_size, cfg.data.num_workers)
+    dataset = build_dataset(cfg.data, "train", image_size=encoder.patch_embed.img_size[0], channels=cfg.model.in_chans,
+                            augment=True, seed=cfg.seed, process_index=accelerator.process_index,
+                            num_processes=accelerator.num_processes)
+    loader = build_loader(dataset, plan.micro_batch_size, cfg.data, train=True, device_type=accelerator.device.type,
+                          local_processes=local_processes(accelerator))
     optimizer = create_optimizer_v2(
         model, opt="adamw", lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, betas=cfg.train.betas
     )
@@ -78,24 +82,31 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
     logger.info("run directory %s; %s on %s, %d threads per process", run_dir, cfg.model.name, accelerator.device,
                 threads)
     logger.info("plan: %s", describe_plan(plan, cfg.train))
+    logger.info("data: %s", dataset.description)
     logger.info("encoder: %.2fM parameters, %d patches per image; target %s", count_parameters(encoder) / 1e6,
                 encoder.patch_embed.num_patches, cfg.mpp.target)
+    baseline = most_frequent_class_accuracy(model, sample_images(dataset, BASELINE_IMAGES, cfg.seed))
+    logger.info("always predicting the most frequent colour class scores mpp_accuracy %.4f (%d sampled images)",
+                baseline, BASELINE_IMAGES)
 
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    loader = prepare_loader(accelerator, loader)
     start_step = 0
     if checkpoint is not None:
         start_step = load_checkpoint(accelerator, checkpoint)
         logger.info("resumed from %s at step %d", checkpoint, start_step)
 
     metrics = train(accelerator, model, optimizer, loader, cfg.train, plan, run_dir, cfg, cfg.seed, start_step)
+    metrics["mpp_accuracy_most_frequent_class"] = baseline
 
     if accelerator.is_main_process:
         encoder = accelerator.unwrap_model(model).encoder
         export_encoder(encoder, run_dir / EXPORT_DIR, cfg.data.mean, cfg.data.std, tag="mpp")
     accelerator.wait_for_everyone()
     write_metrics(run_dir, metrics)
-    logger.info("done: loss %s, mpp_accuracy %s, %.1f images/s; encoder exported to %s",
-                metrics["loss"], metrics["mpp_accuracy"], metrics["images_per_second"] or 0, run_dir / EXPORT_DIR)
+    logger.info("done: loss %s, mpp_accuracy %s (most frequent class: %.4f), %.1f images/s; encoder exported to %s",
+                metrics["loss"], metrics["mpp_accuracy"], baseline, metrics["images_per_second"] or 0,
+                run_dir / EXPORT_DIR)
     accelerator.end_training()
     return metrics
 

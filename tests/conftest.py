@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import gzip
+import struct
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
 
@@ -15,3 +20,25 @@ def tiny_model_config() -> ModelConfig:
 @pytest.fixture(autouse=True)
 def seeded() -> None:
     torch.manual_seed(0)
+
+
+def write_idx(path: Path, array: np.ndarray) -> None:
+    """A gzipped IDX file of unsigned bytes, as Fashion-MNIST is distributed."""
+    header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}i", *array.shape)
+    path.write_bytes(gzip.compress(header + array.astype(np.uint8).tobytes()))
+
+
+@pytest.fixture
+def fashion_mnist_dir(tmp_path):
+    """Writes Fashion-MNIST's four IDX files into a folder: (train images, test images) -> the folder; labels are
+    the image indices modulo 256."""
+
+    def write(train: np.ndarray, test: np.ndarray) -> Path:
+        folder = tmp_path / "fashion-mnist"
+        folder.mkdir()
+        for split, images in (("train", train), ("t10k", test)):
+            write_idx(folder / f"{split}-images-idx3-ubyte.gz", images)
+            write_idx(folder / f"{split}-labels-idx1-ubyte.gz", np.arange(len(images)) % 256)
+        return folder
+
+    return write

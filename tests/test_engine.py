@@ -36,11 +36,11 @@ def test_resumed_batches_continue_where_an_uninterrupted_run_would_be():
 def test_accumulation_takes_one_optimizer_step_per_global_batch(tiny_model_config, tmp_path):
     from accelerate.utils import GradientAccumulationPlugin
 
-    from mpp.config import MPPConfig, MPPRunConfig
+    from mpp.config import DataConfig, MPPConfig, MPPRunConfig
+    from mpp.data import build_dataset, build_loader
     from mpp.encoder import create_encoder
     from mpp.engine import train
     from mpp.masked_patch_prediction import MaskedPatchPredictor
-    from mpp.shapes import ShapesDataset
 
     cfg = TrainConfig(steps=3, global_batch_size=8, micro_batch_size=4, warmup_steps=1, log_every=1,
                       checkpoint_every=10)
@@ -51,7 +51,8 @@ def test_accumulation_takes_one_optimizer_step_per_global_batch(tiny_model_confi
     )
     model = MaskedPatchPredictor(create_encoder(tiny_model_config), MPPConfig(), (0.5,) * 3, (0.5,) * 3)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
-    loader = DataLoader(ShapesDataset("train", 16), batch_size=4, shuffle=True, drop_last=True)
+    dataset = build_dataset(DataConfig(), "train", image_size=16, channels=3, augment=True)
+    loader = build_loader(dataset, batch_size=4, cfg=DataConfig(), train=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
 
     metrics = train(accelerator, model, optimizer, loader, cfg, plan, tmp_path, MPPRunConfig(), seed=0)

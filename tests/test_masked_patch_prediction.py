@@ -7,7 +7,7 @@ from einops import repeat
 from mpp.config import ConfigError, MPPConfig
 from mpp.corruption import MASK, UNCHANGED, Corruption
 from mpp.encoder import create_encoder
-from mpp.masked_patch_prediction import MaskedPatchPredictor
+from mpp.masked_patch_prediction import MaskedPatchPredictor, most_frequent_class_accuracy
 
 MEAN, STD = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
 
@@ -108,3 +108,13 @@ def test_normalisation_must_fit_the_input_channels(tiny_model_config):
 def test_tokens_and_mask_embedding_are_excluded_from_weight_decay(tiny_model_config):
     names = build(tiny_model_config).no_weight_decay()
     assert {"mask_embedding", "encoder.pos_embed", "encoder.cls_token"} <= names
+
+
+@pytest.mark.parametrize("target", ["mean_colour", "pixels"])
+def test_the_most_frequent_class_baseline_counts_every_patch(tiny_model_config, target):
+    model = build(tiny_model_config, target=target)
+    images = torch.zeros(2, 3, 16, 16)  # 16 black patches per image ...
+    images[0, :, :4, :8] = 1.0  # ... but two white ones in the first, and a grey one in the second
+    images[1, :, 4:8, 4:8] = 0.5
+    batches = [images[:1], images[1:]]
+    assert most_frequent_class_accuracy(model, batches) == pytest.approx(29 / 32)

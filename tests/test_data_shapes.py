@@ -5,23 +5,24 @@ import math
 import pytest
 import torch
 
-from mpp.shapes import SHAPE_NAMES, ShapeParams, ShapesDataset, render_shapes
+from mpp.data.shapes import SHAPE_NAMES, ShapeParams, ShapesSource, render_shapes
 
 
 def test_images_are_a_pure_function_of_seed_split_and_index():
-    train, again = ShapesDataset("train", 24), ShapesDataset("train", 24)
-    batch = train.__getitems__([5, 0, 17])
-    for (image, label), index in zip(batch, [5, 0, 17]):
-        assert torch.equal(image, again[index][0]) and label == again[index][1] == index % 8
-    assert not torch.equal(train[0][0], ShapesDataset("test", 24)[0][0])
-    assert not torch.equal(train[0][0], ShapesDataset("train", 24, seed=1)[0][0])
+    train, again = ShapesSource("train", 24), ShapesSource("train", 24)
+    index = torch.tensor([5, 0, 17])
+    assert torch.equal(train.images(index), torch.cat([again.images(index[i:i + 1]) for i in range(3)]))
+    assert train.labels[index].tolist() == [5, 0, 1]
+    first = torch.tensor([0])
+    assert not torch.equal(train.images(first), ShapesSource("test", 24).images(first))
+    assert not torch.equal(train.images(first), ShapesSource("train", 24, seed=1).images(first))
 
 
 def test_images_are_rgb_in_the_unit_range_with_balanced_classes():
-    dataset = ShapesDataset("test", 32)
-    images = torch.stack([image for image, _ in dataset.__getitems__(list(range(64)))])
+    source = ShapesSource("test", 32)
+    images = source.images(torch.arange(64))
     assert images.shape == (64, 3, 32, 32) and images.min() >= 0 and images.max() <= 1
-    assert len(dataset) == 10_000 and torch.bincount(dataset.labels).tolist() == [1250] * 8
+    assert len(source) == 10_000 and torch.bincount(source.labels).tolist() == [1250] * 8
     assert images.std(dim=(2, 3)).mean() > 0.05  # not flat: shape against a gradient background
 
 

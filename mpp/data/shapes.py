@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
-from torch.utils.data import Dataset
+
+from mpp.data.sources import BatchSource, DataError
 
 SPLIT_SIZES = {"train": 50_000, "test": 10_000}
 NOISE_PATTERNS = 16  # pixel-noise images shared round-robin: texture only, so a few suffice
@@ -97,30 +97,23 @@ def render_shapes(labels: torch.Tensor, params: ShapeParams, image_size: int, no
     return (image + 0.02 * noise).clamp(0, 1)
 
 
-class ShapesDataset(Dataset):
-    """``(image, label)`` pairs: (3 h w) float images in [0, 1] and the shape's class index."""
+class ShapesSource(BatchSource):
+    """One split of shapes, rendered at ``image_size``: (3 h w) float images in [0, 1], the shape's class index."""
 
-    num_classes = len(SHAPE_NAMES)
+    channels = 3
+    class_names = SHAPE_NAMES
 
-    def __init__(self, split: Literal["train", "test"], image_size: int, seed: int = 0) -> None:
+    def __init__(self, split: str, image_size: int, seed: int = 0) -> None:
         if split not in SPLIT_SIZES:
-            raise ValueError(f"shapes split {split!r} does not exist; use one of {', '.join(SPLIT_SIZES)}")
+            raise DataError(f"shapes has no split {split!r}; it has {', '.join(SPLIT_SIZES)}")
         self.image_size = image_size
         generator = torch.Generator().manual_seed(2 * seed + list(SPLIT_SIZES).index(split))
         size = SPLIT_SIZES[split]
-        self.labels = torch.arange(size) % self.num_classes  # classes exactly balanced
+        self.labels = torch.arange(size) % len(SHAPE_NAMES)  # classes exactly balanced
         self.params = draw_shape_params(size, generator)
         self.noise = torch.randn(NOISE_PATTERNS, 3, image_size, image_size, generator=generator)
+        self.description = f"shapes {split} ({size} images rendered at {image_size}x{image_size})"
 
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, int]]:
-        """A whole batch, rendered at once (torch's DataLoader calls this instead of ``__getitem__`` per sample)."""
-        index = torch.as_tensor(indices, dtype=torch.long)
-        labels = self.labels[index]
-        images = render_shapes(labels, self.params.select(index), self.image_size, self.noise[index % NOISE_PATTERNS])
-        return list(zip(images, labels.tolist()))
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        return self.__getitems__([index])[0]
+    def images(self, index: torch.Tensor) -> torch.Tensor:
+        return render_shapes(self.labels[index], self.params.select(index), self.image_size,
+                             self.noise[index % NOISE_PATTERNS])

@@ -1,0 +1,167 @@
+"""Datasets of model inputs: a source's images through a view, as whole batches of (images, labels).
+
+``ImageDataset`` (map-style) returns a whole batch from ``__getitems__`` (torch's DataLoader calls it with a batch's
+indices); pair it with ``collate_fn=keep_batch``. In-memory sources are gathered and resampled in a few tensor
+operations; files are decoded one by one, and one that cannot be decoded is replaced by the next image of the
+dataset, recorded, and counted against ``max_bad_fraction``. ``StreamingImageDataset`` does the same for a stream.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+from PIL import Image
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+from mpp.data.hugging_face import decode_stored_image
+from mpp.data.sources import BatchSource, DataError, FileSource, ImageSource, UndecodableImage
+from mpp.data.transforms import ImageView, match_channels
+
+MAX_STREAM_WORKERS = 256  # rows of the shared failure counters of a stream (one per loader worker)
+STREAM_MIN_READS = 100  # a stream judges its failure fraction only after this many images per worker
+
+
+def keep_batch(batch: Any) -> Any:
+    """The DataLoader's ``collate_fn`` for datasets whose ``__getitems__`` already returns a whole batch."""
+    return batch
+
+
+def seeded_generator(*key: Any) -> torch.Generator:
+    # hash() of a tuple of ints is the same in every process and run (no string hashing involved).
+    return torch.Generator().manual_seed(hash(key) % 2**63)
+
+
+def too_many_failures(failed: int, total: int, max_fraction: float, description: str, example: str) -> DataError:
+    return DataError(
+        f"{failed} of {total} images of {description} could not be decoded (e.g. {example}), more than "
+        f"data.max_bad_fraction={max_fraction}; repair or remove the broken files, or raise data.max_bad_fraction"
+    )
+
+
+class ImageDataset(Dataset):
+    """(images, labels) batches: (b c s s) float in [0, 1] with ``channels`` channels, (b) int64 labels."""
+
+    def __init__(
+        self,
+        source: ImageSource,
+        view: ImageView,
+        channels: int,
+        indices: Optional[torch.Tensor] = None,
+        seed: int = 0,
+        max_bad_fraction: float = 0.0,
+    ):
+        self.source, self.view, self.channels = source, view, channels
+        self.indices = torch.arange(len(source)) if indices is None else indices
+        if len(self.indices) == 0:
+            raise DataError(f"{source.description}: the selection holds no images")
+        self.seed, self.epoch, self.max_bad_fraction = seed, 0, max_bad_fraction
+        # One flag per source image, in shared memory: loader workers (other processes) set them, the trainer reads.
+        self.undecodable = torch.zeros(len(source) if isinstance(source, FileSource) else 0, dtype=torch.bool)
+        self.undecodable.share_memory_()
+
+    @property
+    def description(self) -> str:
+        view = "augmented" if self.view.augment else "resized"
+        return f"{self.source.description}; {len(self)} selected; {view} to {self.view.size}x{self.view.size}"
+
+    @property
+    def labels(self) -> torch.Tensor:
+        return self.source.labels[self.indices]
+
+    def set_epoch(self, epoch: int) -> None:
+        """Views are drawn from (seed, epoch, indices): each epoch augments afresh, reproducibly."""
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitems__(self, positions: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        index = self.indices[torch.as_tensor(positions, dtype=torch.long)]
+        generator = seeded_generator(self.seed, self.epoch, *index.tolist())
+        if isinstance(self.source, BatchSource):
+            images = self.view(self.source.images(index), generator)
+            labels = self.source.labels[index]
+        else:  # files of any size: decoded and resampled one at a time
+            decoded = [self.read(position) for position in positions]
+            images = torch.cat([self.view.of_pil_image(image, generator) for image, _ in decoded])
+            labels = torch.tensor([label for _, label in decoded])
+        return match_channels(images, self.channels), labels
+
+    def __getitem__(self, position: int) -> tuple[torch.Tensor, torch.Tensor]:
+        images, labels = self.__getitems__([position])
+        return images[0], labels[0]
+
+    def read(self, position: int) -> tuple[Image.Image, int]:
+        """The image at ``position`` or, where it cannot be decoded, the next one that can; with its label."""
+        for offset in range(len(self)):
+            index = int(self.indices[(position + offset) % len(self)])
+            try:
+                return self.source.read(index), int(self.source.labels[index])
+            except UndecodableImage as error:
+                self.undecodable[index] = True
+                failed = int(self.undecodable.sum())
+                if failed > self.max_bad_fraction * len(self):
+                    raise too_many_failures(failed, len(self), self.max_bad_fraction, self.source.description,
+                                            f"{self.source.name(index)}: {error}") from None
+        raise AssertionError("unreachable: the loop raises once every image has failed")
+
+    def skipped_count(self) -> int:
+        return int(self.undecodable.sum())
+
+    def undecodable_files(self) -> list[str]:
+        return [self.source.name(int(index)) for index in self.undecodable.nonzero()[:, 0]]
+
+
+class StreamingImageDataset(IterableDataset):
+    """A Hugging Face stream of (image, label) examples, shuffled through a buffer; for data larger than the disk.
+
+    ``stream`` holds this process's share of the data only (``datasets.distributed.split_dataset_by_node``); the
+    stream itself spreads its shards over the loader's workers.
+    """
+
+    def __init__(
+        self,
+        stream: Any,
+        image_column: str,
+        label_column: Optional[str],
+        view: ImageView,
+        channels: int,
+        seed: int,
+        shuffle_buffer: int,
+        max_bad_fraction: float,
+        description: str,
+    ):
+        self.stream, self.image_column, self.label_column = stream, image_column, label_column
+        self.view, self.channels, self.seed, self.epoch = view, channels, seed, 0
+        self.shuffle_buffer, self.max_bad_fraction = shuffle_buffer, max_bad_fraction
+        self.description = f"{description}; {'augmented' if view.augment else 'resized'} to {view.size}x{view.size}"
+        self.counts = torch.zeros(MAX_STREAM_WORKERS, 2, dtype=torch.long).share_memory_()  # (worker, failed read)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        worker = get_worker_info()
+        worker_id = worker.id if worker is not None else 0
+        stream = self.stream.shuffle(seed=self.seed, buffer_size=self.shuffle_buffer) if self.shuffle_buffer else \
+            self.stream
+        stream.set_epoch(self.epoch)
+        generator = seeded_generator(self.seed, self.epoch, worker_id)
+        counts = self.counts[worker_id]
+        for example in stream:
+            counts[1] += 1
+            try:
+                image = decode_stored_image(example[self.image_column], channels=3)
+            except UndecodableImage as error:
+                counts[0] += 1
+                failed, read = int(counts[0]), int(counts[1])
+                if read >= STREAM_MIN_READS and failed > self.max_bad_fraction * read:
+                    raise too_many_failures(failed, read, self.max_bad_fraction, self.description,
+                                            str(error)) from None
+                continue
+            label = example[self.label_column] if self.label_column else -1
+            yield match_channels(self.view.of_pil_image(image, generator), self.channels)[0], label
+
+    def skipped_count(self) -> int:
+        return int(self.counts[:, 0].sum())

@@ -1,0 +1,137 @@
+"""From a source image to a model input: a crop box per image, resampled to size x size, maybe mirrored.
+
+Pre-training uses a random resized ("Inception") crop and a horizontal flip, as the ViT paper's ImageNet recipes do;
+evaluation uses resize + centre crop. Both are "a box per image, resampled": boxes for a whole batch are drawn in
+a few tensor operations. Tensors (in-memory sources) are cut out and resized in one call to torchvision's
+``roi_align``, which averages over each output pixel's footprint when shrinking (no aliasing) and interpolates
+bilinearly when enlarging; decoded files, each of its own size, are cut and resized by PIL, with the same boxes.
+
+Randomness comes from an explicit generator, which the datasets seed from (seed, epoch, indices): a sample's view
+is the same whichever worker or process draws it, and a resumed run draws what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+from PIL import Image
+from torchvision.ops import roi_align
+
+CROP_ATTEMPTS = 10  # candidate boxes per image before falling back to a centre crop (as torchvision's)
+
+
+@dataclass(frozen=True)
+class ImageView:
+    """How an image becomes a ``size`` x ``size`` model input; ``augment`` picks the pre-training view."""
+
+    size: int
+    augment: bool
+    crop_scale: tuple[float, float] = (0.08, 1.0)  # area of the random crop, as a fraction of the image's
+    crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)  # aspect ratio (width / height) of the random crop
+    hflip: float = 0.5  # probability of mirroring, when augmenting
+    eval_crop_fraction: float = 1.0  # side of the evaluation view's centre square, as a fraction of the short side
+
+    def draw(self, heights: torch.Tensor, widths: torch.Tensor, generator: Optional[torch.Generator] = None):
+        """(b) image sizes -> (b 4) crop boxes and (b) flips (None when not augmenting)."""
+        if not self.augment:
+            return centre_crop_boxes(heights, widths, self.eval_crop_fraction), None
+        boxes = random_crop_boxes(heights, widths, self.crop_scale, self.crop_ratio, generator)
+        return boxes, torch.rand(len(heights), generator=generator) < self.hflip
+
+    def __call__(self, images: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """(b c h w) images in [0, 1] (or uint8) -> (b c size size) float views in [0, 1]."""
+        batch, _, height, width = images.shape
+        boxes, flips = self.draw(torch.full((batch,), float(height)), torch.full((batch,), float(width)), generator)
+        return resized_crops(images, boxes, self.size, flips)
+
+    def of_pil_image(self, image: Image.Image, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """A decoded file -> (1 c size size) float view in [0, 1]. PIL cuts and resizes in one step, without
+        expanding the whole image into a tensor first (three times faster than ``__call__`` on it); its bilinear
+        filter widens when shrinking, so it too averages each output pixel's footprint."""
+        boxes, flips = self.draw(torch.tensor([float(image.height)]), torch.tensor([float(image.width)]), generator)
+        view = image.resize((self.size, self.size), Image.Resampling.BILINEAR, box=tuple(boxes[0].tolist()))
+        if flips is not None and flips[0]:
+            view = view.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        pixels = torch.from_numpy(np.asarray(view).copy()).view(self.size, self.size, -1)
+        return pixels.permute(2, 0, 1)[None].float() / 255
+
+
+def random_crop_boxes(
+    heights: torch.Tensor,
+    widths: torch.Tensor,
+    scale: tuple[float, float],
+    ratio: tuple[float, float],
+    generator: Optional[torch.Generator] = None,
+) -> torch.Tensor:
+    """(b) image sizes -> (b 4) boxes (x0 y0 x1 y1, pixels) of random area and aspect ratio, inside each image.
+
+    Every image gets ``CROP_ATTEMPTS`` candidates at once and keeps the first that fits; where none fits, the
+    largest centred box of an allowed aspect ratio (torchvision's RandomResizedCrop rule).
+    """
+    batch = len(heights)
+    area = heights * widths
+    draw = lambda low, high: low + (high - low) * torch.rand(batch, CROP_ATTEMPTS, generator=generator)  # noqa: E731
+    target_area = area[:, None] * draw(*scale)
+    aspect = torch.exp(draw(math.log(ratio[0]), math.log(ratio[1])))
+    crop_w = torch.sqrt(target_area * aspect)
+    crop_h = torch.sqrt(target_area / aspect)
+    fits = (crop_w <= widths[:, None]) & (crop_h <= heights[:, None])
+    first = fits.float().argmax(dim=1, keepdim=True)  # the first fitting attempt (0 where none fits)
+    crop_w, crop_h = crop_w.gather(1, first)[:, 0], crop_h.gather(1, first)[:, 0]
+    x0 = torch.rand(batch, generator=generator) * (widths - crop_w)
+    y0 = torch.rand(batch, generator=generator) * (heights - crop_h)
+    boxes = torch.stack([x0, y0, x0 + crop_w, y0 + crop_h], dim=1)
+    return torch.where(fits.any(dim=1)[:, None], boxes, fallback_boxes(heights, widths, ratio))
+
+
+def fallback_boxes(heights: torch.Tensor, widths: torch.Tensor, ratio: tuple[float, float]) -> torch.Tensor:
+    """The whole image, trimmed (centred) to the nearest allowed aspect ratio."""
+    aspect = (widths / heights).clamp(ratio[0], ratio[1])
+    crop_w = torch.minimum(widths, heights * aspect)
+    crop_h = torch.minimum(heights, widths / aspect)
+    return centred_boxes(heights, widths, crop_h, crop_w)
+
+
+def centre_crop_boxes(heights: torch.Tensor, widths: torch.Tensor, fraction: float) -> torch.Tensor:
+    """The centred square of side ``fraction`` x the short side: resize + centre crop, as one box."""
+    side = torch.minimum(heights, widths) * fraction
+    return centred_boxes(heights, widths, side, side)
+
+
+def centred_boxes(heights: torch.Tensor, widths: torch.Tensor, crop_h: torch.Tensor, crop_w: torch.Tensor):
+    x0, y0 = (widths - crop_w) / 2, (heights - crop_h) / 2
+    return torch.stack([x0, y0, x0 + crop_w, y0 + crop_h], dim=1)
+
+
+def resized_crops(
+    images: torch.Tensor, boxes: torch.Tensor, size: int, flips: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """(b c h w) images, (b 4) boxes -> (b c size size) in [0, 1]; uint8 input is scaled to [0, 1] first."""
+    if images.dtype == torch.uint8:
+        images = images.float() / 255
+    rois = torch.cat([torch.arange(len(boxes), dtype=boxes.dtype)[:, None], boxes], dim=1)  # (b 5): image, box
+    # aligned=True: pixel i covers [i, i+1), so the box (0, 0, w, h) is exactly the whole image.
+    views = roi_align(images, rois, output_size=size, spatial_scale=1.0, sampling_ratio=-1, aligned=True)
+    if flips is not None:
+        views = torch.where(flips[:, None, None, None], views.flip(-1), views)
+    return views.clamp_(0, 1)
+
+
+LUMINANCE = (0.299, 0.587, 0.114)  # ITU-R BT.601, as PIL's convert("L")
+
+
+def match_channels(images: torch.Tensor, channels: int) -> torch.Tensor:
+    """(b c h w) -> (b channels h w): grey is repeated into RGB, RGB becomes its luminance."""
+    have = images.shape[1]
+    if have == channels:
+        return images
+    if have == 1:
+        return images.expand(-1, channels, -1, -1).contiguous()
+    if have == 3 and channels == 1:
+        weights = torch.tensor(LUMINANCE, dtype=images.dtype, device=images.device)
+        return torch.einsum("bchw,c->bhw", images, weights)[:, None]
+    raise ValueError(f"cannot turn {have}-channel images into {channels}-channel ones; set model.in_chans to {have}")

@@ -1,0 +1,82 @@
+"""Loading: broken files skipped and counted across loader workers, and distinct shards per process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from mpp.config import DataConfig
+from mpp.data import build_dataset, build_loader
+from mpp.data.sources import DataError
+from tests.test_recipe_mpp import TINY, launch
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def folder_with_broken_files(root: Path, good: int, broken: int) -> Path:
+    for i in range(good + broken):
+        folder = root / f"class_{i % 2}"
+        folder.mkdir(parents=True, exist_ok=True)
+        if i < good:
+            Image.new("RGB", (6, 5), (i, 0, 0)).save(folder / f"{i:03d}.png")
+        else:
+            (folder / f"{i:03d}.jpg").write_bytes(b"\xff\xd8\xff\xe0 cut short")
+    return root
+
+
+def test_undecodable_files_are_skipped_and_counted_across_workers(tmp_path):
+    cfg = DataConfig(source=f"folder:{folder_with_broken_files(tmp_path, good=18, broken=2)}", num_workers=2,
+                     max_bad_fraction=0.2)
+    dataset = build_dataset(cfg, "train", 4, channels=3, augment=True)
+    batches = list(build_loader(dataset, batch_size=5, cfg=cfg, train=True))
+    assert len(batches) == 4 and all(images.shape == (5, 3, 4, 4) for images, _ in batches)
+    assert dataset.skipped_count() == 2  # recorded by the worker processes, read here
+    assert sorted(Path(name).name for name in dataset.undecodable_files()) == ["018.jpg", "019.jpg"]
+
+
+def test_more_broken_files_than_allowed_stop_with_a_clear_message(tmp_path):
+    cfg = DataConfig(source=f"folder:{folder_with_broken_files(tmp_path, good=6, broken=4)}", num_workers=1,
+                     max_bad_fraction=0.2)
+    loader = build_loader(build_dataset(cfg, "train", 4, channels=3, augment=False), batch_size=10, cfg=cfg,
+                          train=True)
+    with pytest.raises(DataError, match=r"3 of 10 images .* could not be decoded .*data.max_bad_fraction=0.2"):
+        list(loader)
+
+
+def test_two_processes_read_distinct_shards_of_every_epoch(tmp_path, fashion_mnist_dir):
+    folder = fashion_mnist_dir(np.zeros((40, 8, 8)), np.zeros((4, 8, 8)))  # label = index
+    out = tmp_path / "out"
+    out.mkdir()
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
+               "29517", str(SCRIPTS / "epoch_indices.py"), f"fashion-mnist:{folder}", str(out)]
+    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "PYTHONPATH": str(Path(__file__).parents[1])}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for epoch in range(2):
+        records = [json.loads((out / f"process_{rank}_epoch_{epoch}.json").read_text()) for rank in (0, 1)]
+        assert all(r["num_processes"] == 2 and r["distributed_type"] == "DistributedType.MULTI_CPU" for r in records)
+        first, second = (set(r["seen"]) for r in records)
+        assert len(records[0]["seen"]) == len(first) == 20 and not first & second and first | second == set(range(40))
+    assert records[0]["seen"] != json.loads((out / "process_0_epoch_0.json").read_text())["seen"]  # reshuffled
+
+
+def test_the_recipe_reports_skipped_files_at_the_end_and_stops_when_too_many_fail(tmp_path):
+    folder = folder_with_broken_files(tmp_path / "images", good=15, broken=1)
+    tiny = [f"data.source=folder:{folder}", "data.crop_scale=[0.5,1.0]", *TINY]
+    launch(f"output_dir={tmp_path / 'run'}", "data.max_bad_fraction=0.1", *tiny)
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["skipped_images"] == 1
+    log = (tmp_path / "run" / "log.txt").read_text()
+    assert "skipped 1 image(s) that could not be decoded (this process: " in log and "015.jpg" in log
+
+    failed = launch(f"output_dir={tmp_path / 'strict'}", "data.max_bad_fraction=0", *tiny,
+                    check=False)
+    assert failed.returncode == 1
+    assert "error: 1 of 16 images of image folder" in failed.stderr and "data.max_bad_fraction=0.0" in failed.stderr

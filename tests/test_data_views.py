@@ -1,0 +1,97 @@
+"""Views (crops, resizes, flips), channel matching, seeded subsets, and the batch datasets built from them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from PIL import Image
+
+from mpp.config import DataConfig
+from mpp.data import build_dataset
+from mpp.data.sources import DataError
+from mpp.data.subsets import holdout_split, shots_per_class
+from mpp.data.transforms import ImageView, match_channels, random_crop_boxes, resized_crops
+
+
+def test_random_crops_stay_inside_with_the_asked_area_and_aspect():
+    heights, widths = torch.full((2000,), 30.0), torch.full((2000,), 50.0)
+    boxes = random_crop_boxes(heights, widths, (0.1, 0.6), (0.5, 2.0), torch.Generator().manual_seed(0))
+    w, h = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
+    assert (boxes[:, :2] >= 0).all() and (boxes[:, 2] <= 50 + 1e-4).all() and (boxes[:, 3] <= 30 + 1e-4).all()
+    area = w * h / 1500
+    assert area.min() >= 0.1 - 1e-4 and area.max() <= 0.6 + 1e-4 and area.std() > 0.1
+    assert (w / h).min() >= 0.5 - 1e-4 and (w / h).max() <= 2.0 + 1e-4
+
+
+def test_when_no_crop_fits_the_fallback_is_the_centred_image_trimmed_to_an_allowed_ratio():
+    boxes = random_crop_boxes(torch.tensor([10.0, 10.0]), torch.tensor([10.0, 40.0]), (1.0, 1.0), (0.75, 1.5))
+    assert torch.allclose(boxes, torch.tensor([[0.0, 0, 10, 10], [12.5, 0, 27.5, 10]]))
+
+
+def test_the_evaluation_view_at_the_stored_size_is_the_image_itself():
+    images = torch.randint(0, 256, (3, 2, 9, 9), dtype=torch.uint8)
+    assert torch.allclose(ImageView(9, augment=False)(images), images / 255, atol=1e-6)
+
+
+def test_shrinking_averages_each_output_pixels_footprint():
+    image = torch.arange(16.0).view(1, 1, 4, 4) / 16
+    blocks = resized_crops(image, torch.tensor([[0.0, 0, 4, 4]]), 2)
+    assert torch.allclose(blocks * 16, torch.tensor([[[[2.5, 4.5], [10.5, 12.5]]]]))
+    mirrored = resized_crops(image, torch.tensor([[0.0, 0, 4, 4]]), 4, flips=torch.tensor([True]))
+    assert torch.equal(mirrored, image.flip(-1))
+
+
+def test_channels_follow_the_model():
+    grey = torch.rand(2, 1, 4, 4)
+    assert torch.equal(match_channels(grey, 3), grey.expand(-1, 3, -1, -1))
+    rgb = torch.rand(2, 3, 4, 4)
+    assert torch.allclose(match_channels(rgb, 1)[:, 0], 0.299 * rgb[:, 0] + 0.587 * rgb[:, 1] + 0.114 * rgb[:, 2])
+
+
+def test_holdout_slices_are_disjoint_seeded_and_complete():
+    kept, held = holdout_split(1000, 0.05, seed=3)
+    assert len(held) == 50 and sorted(torch.cat([kept, held]).tolist()) == list(range(1000))
+    assert torch.equal(held, holdout_split(1000, 0.05, seed=3)[1])
+    assert not torch.equal(held, holdout_split(1000, 0.05, seed=4)[1])
+    assert len(holdout_split(10, 0.0, seed=0)[1]) == 0
+
+
+def test_shots_per_class_takes_exactly_k_of_each_class_seeded():
+    labels = torch.randint(0, 7, (500,), generator=torch.Generator().manual_seed(0))
+    chosen = shots_per_class(labels, 5, seed=1)
+    assert torch.bincount(labels[chosen]).tolist() == [5] * 7
+    assert torch.equal(chosen, shots_per_class(labels, 5, seed=1))
+    assert not torch.equal(chosen, shots_per_class(labels, 5, seed=2))
+    with pytest.raises(DataError, match="fewer examples"):
+        shots_per_class(torch.tensor([0, 0, 1]), 2, seed=0)
+
+
+def test_splits_of_the_built_dataset_respect_holdout_and_shots():
+    cfg = DataConfig(holdout_fraction=0.1, shots_per_class=3, subset_seed=5)
+    train = build_dataset(cfg, "train", 8, channels=3, augment=False)
+    holdout = build_dataset(cfg, "holdout", 8, channels=3, augment=False)
+    assert len(holdout) == 5000 and len(train) == 24 and torch.bincount(train.labels).tolist() == [3] * 8
+    assert not set(train.indices.tolist()) & set(holdout.indices.tolist())
+    with pytest.raises(DataError, match="holdout_fraction > 0"):
+        build_dataset(DataConfig(), "holdout", 8, channels=3, augment=False)
+
+
+def test_views_are_a_function_of_seed_epoch_and_indices():
+    dataset = build_dataset(DataConfig(), "train", 16, channels=3, augment=True, seed=7)
+    first, _ = dataset.__getitems__([3, 4])
+    again, _ = build_dataset(DataConfig(), "train", 16, channels=3, augment=True, seed=7).__getitems__([3, 4])
+    assert torch.equal(first, again)
+    dataset.set_epoch(1)
+    assert not torch.equal(first, dataset.__getitems__([3, 4])[0])
+
+
+def test_decoded_files_and_tensors_get_the_same_view():
+    smooth = torch.linspace(0, 1, 48)
+    pixels = (torch.stack([smooth[:, None] * smooth[None, :40]] * 3) * 255).round().to(torch.uint8)  # (3 48 40)
+    image = Image.fromarray(pixels.permute(1, 2, 0).numpy())
+    for augment in (False, True):
+        view = ImageView(16, augment=augment)
+        from_tensor = view(pixels[None], torch.Generator().manual_seed(1))
+        from_file = view.of_pil_image(image, torch.Generator().manual_seed(1))
+        assert from_file.shape == from_tensor.shape == (1, 3, 16, 16)
+        assert (from_file - from_tensor).abs().max() < 0.02
