@@ -86,7 +86,7 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
     logger.info("encoder: %.2fM parameters, %d patches per image; target %s", count_parameters(encoder) / 1e6,
                 encoder.patch_embed.num_patches, cfg.mpp.target)
     baseline = most_frequent_class_accuracy(model, sample_images(dataset, BASELINE_IMAGES, cfg.seed))
-    logger.info("always predicting the most frequent colour class scores mpp_accuracy %.4f (%d sampled images)",
+    logger.info("always predicting the most frequent colour class scores mpp_accuracy %.4f (on up to %d images)",
                 baseline, BASELINE_IMAGES)
 
     model, optimizer = accelerator.prepare(model, optimizer)
