@@ -92,6 +92,6 @@ def test_decoded_files_and_tensors_get_the_same_view():
     for augment in (False, True):
         view = ImageView(16, augment=augment)
         from_tensor = view(pixels[None], torch.Generator().manual_seed(1))
-        from_file = view.of_pil_image(image, torch.Generator().manual_seed(1))
+        from_file = view.of_pil_images([image], torch.Generator().manual_seed(1))
         assert from_file.shape == from_tensor.shape == (1, 3, 16, 16)
         assert (from_file - from_tensor).abs().max() < 0.02

@@ -84,7 +84,7 @@ class ImageDataset(Dataset):
             labels = self.source.labels[index]
         else:  # files of any size: decoded and resampled one at a time
             decoded = [self.read(position) for position in positions]
-            images = torch.cat([self.view.of_pil_image(image, generator) for image, _ in decoded])
+            images = self.view.of_pil_images([image for image, _ in decoded], generator)
             labels = torch.tensor([label for _, label in decoded])
         return match_channels(images, self.channels), labels
 
@@ -161,7 +161,7 @@ class StreamingImageDataset(IterableDataset):
                                             str(error)) from None
                 continue
             label = example[self.label_column] if self.label_column else -1
-            yield match_channels(self.view.of_pil_image(image, generator), self.channels)[0], label
+            yield match_channels(self.view.of_pil_images([image], generator), self.channels)[0], label
 
     def skipped_count(self) -> int:
         return int(self.counts[:, 0].sum())

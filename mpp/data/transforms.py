@@ -48,16 +48,18 @@ class ImageView:
         boxes, flips = self.draw(torch.full((batch,), float(height)), torch.full((batch,), float(width)), generator)
         return resized_crops(images, boxes, self.size, flips)
 
-    def of_pil_image(self, image: Image.Image, generator: Optional[torch.Generator] = None) -> torch.Tensor:
-        """A decoded file -> (1 c size size) float view in [0, 1]. PIL cuts and resizes in one step, without
-        expanding the whole image into a tensor first (three times faster than ``__call__`` on it); its bilinear
-        filter widens when shrinking, so it too averages each output pixel's footprint."""
-        boxes, flips = self.draw(torch.tensor([float(image.height)]), torch.tensor([float(image.width)]), generator)
-        view = image.resize((self.size, self.size), Image.Resampling.BILINEAR, box=tuple(boxes[0].tolist()))
-        if flips is not None and flips[0]:
-            view = view.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        pixels = torch.from_numpy(np.asarray(view).copy()).view(self.size, self.size, -1)
-        return pixels.permute(2, 0, 1)[None].float() / 255
+    def of_pil_images(self, images: list[Image.Image], generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """Decoded files of any sizes -> (b c size size) float views in [0, 1]. Boxes for the whole batch are drawn
+        at once; PIL then cuts and resizes each image in one step, without expanding it into a tensor first (three
+        times faster than ``__call__`` on it). Its bilinear filter widens when shrinking, so it too averages each
+        output pixel's footprint."""
+        heights = torch.tensor([float(image.height) for image in images])
+        widths = torch.tensor([float(image.width) for image in images])
+        boxes, flips = self.draw(heights, widths, generator)
+        size = (self.size, self.size)
+        views = [image.resize(size, Image.Resampling.BILINEAR, box=box) for image, box in zip(images, boxes.tolist())]
+        pixels = torch.from_numpy(np.stack([np.asarray(view) for view in views])).view(len(views), *size, -1)
+        return mirrored(pixels.permute(0, 3, 1, 2).float() / 255, flips)
 
 
 def random_crop_boxes(
@@ -116,9 +118,12 @@ def resized_crops(
     rois = torch.cat([torch.arange(len(boxes), dtype=boxes.dtype)[:, None], boxes], dim=1)  # (b 5): image, box
     # aligned=True: pixel i covers [i, i+1), so the box (0, 0, w, h) is exactly the whole image.
     views = roi_align(images, rois, output_size=size, spatial_scale=1.0, sampling_ratio=-1, aligned=True)
-    if flips is not None:
-        views = torch.where(flips[:, None, None, None], views.flip(-1), views)
-    return views.clamp_(0, 1)
+    return mirrored(views, flips).clamp_(0, 1)
+
+
+def mirrored(views: torch.Tensor, flips: Optional[torch.Tensor]) -> torch.Tensor:
+    """(b c h w) with the images where ``flips`` (b) is true mirrored left to right."""
+    return views if flips is None else torch.where(flips[:, None, None, None], views.flip(-1), views)
 
 
 LUMINANCE = (0.299, 0.587, 0.114)  # ITU-R BT.601, as PIL's convert("L")
