@@ -39,7 +39,8 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     directory = run_dir / CHECKPOINTS_DIR
     if not directory.is_dir():
         return []
-    found = [path for path in directory.glob("step_*") if (path / STATE_FILE).is_file()]
+    found = [path for path in directory.glob("step_*")
+             if not path.name.endswith(PARTIAL_SUFFIX) and (path / STATE_FILE).is_file()]
     return sorted(found, key=lambda path: read_step(path))
 
 
@@ -52,7 +53,8 @@ def save_checkpoint(accelerator: Accelerator, run_dir: Path, step: int, config: 
     final = checkpoint_path(run_dir, step)
     partial = final.with_name(final.name + PARTIAL_SUFFIX)
     if accelerator.is_main_process:
-        shutil.rmtree(partial, ignore_errors=True)  # left by a run killed while saving
+        for leftover in final.parent.glob(f"*{PARTIAL_SUFFIX}"):  # left by a run killed while saving
+            shutil.rmtree(leftover)
     accelerator.wait_for_everyone()
     accelerator.save_state(str(partial))
     if accelerator.is_main_process:

@@ -140,9 +140,13 @@ class TrainConfig:
     log_every: int = 50  # steps between TensorBoard points (the only steps that synchronise with the device)
     checkpoint_every: int = 5_000  # steps between checkpoints; one is always written at the end
     keep_checkpoints: int = 3  # most recent checkpoints kept
+    on_nonfinite: Literal["stop", "skip"] = "stop"  # a step with a non-finite loss or gradient is never applied;
+    # "stop" ends the run at the next log step or checkpoint, "skip" reports it and goes on
+    stop_check_every: int = 10  # several processes: steps between agreeing whether a SIGTERM/SIGINT arrived
 
     def __post_init__(self) -> None:
-        for name in ("steps", "global_batch_size", "log_every", "checkpoint_every", "keep_checkpoints"):
+        for name in ("steps", "global_batch_size", "log_every", "checkpoint_every", "keep_checkpoints",
+                     "stop_check_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"train.{name}={getattr(self, name)} must be at least 1")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:

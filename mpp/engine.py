@@ -24,6 +24,8 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mpp.checkpoint import save_checkpoint
 from mpp.config import ConfigError, TrainConfig
+from mpp.non_finite import NonFiniteGuard
+from mpp.preemption import Preempted, StopSignals
 from mpp.schedule import learning_rate
 
 logger = logging.getLogger(__name__)
@@ -113,18 +115,24 @@ def train(
     seed: int,
     start_step: int = 0,
 ) -> dict[str, Any]:
-    """Train from ``start_step`` to ``cfg.steps``; returns the final metrics of the run."""
+    """Train from ``start_step`` to ``cfg.steps``; returns the final metrics of the run.
+
+    Raises ``Preempted`` (after saving a checkpoint) on SIGTERM / SIGINT, and ``NonFiniteStep`` where
+    ``train.on_nonfinite`` says to stop.
+    """
     batches = endless_batches(loader, accelerator, start=start_step * plan.accumulation_steps)
+    guard = NonFiniteGuard(optimizer, accelerator.device, stop=cfg.on_nonfinite == "stop",
+                           scaler_skips=accelerator.scaler is not None)
     # Running sums stay on the device; they are read (one synchronisation) only on log steps.
-    sums = torch.zeros(2, device=accelerator.device)  # loss, accuracy
-    passes = 0
+    sums = torch.zeros(3, device=accelerator.device)  # loss, accuracy, passes (finite ones only)
+    window_steps = skipped_steps = 0
     grad_norm = torch.zeros((), device=accelerator.device)
     metrics: dict[str, Any] = {}
     run_start = window_start = time.perf_counter()
     first_step_done = run_start
     progress = tqdm(total=cfg.steps, initial=start_step, desc="train", disable=not accelerator.is_local_main_process)
     model.train()
-    with logging_redirect_tqdm():
+    with logging_redirect_tqdm(), StopSignals() as stop_signals, progress:
         for step in range(start_step, cfg.steps):
             lr = learning_rate(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.decay, cfg.min_lr)
             for group in optimizer.param_groups:
@@ -138,48 +146,56 @@ def train(
                 with accelerator.accumulate(model):
                     output = model(images, labels)
                     accelerator.backward(output.loss)
+                    guard.observe_loss(output.loss)
                     if accelerator.sync_gradients:
                         grad_norm = accelerator.clip_grad_norm_(model.parameters(), cfg.grad_clip_norm)
+                        guard.judge_step(step + 1, grad_norm)  # a bad step is skipped by the optimizer itself
                     optimizer.step()  # a no-op until the last accumulation pass
                     optimizer.zero_grad(set_to_none=True)
-                sums += torch.stack([output.loss.detach(), output.accuracy.detach()])
-                passes += 1
+                values = torch.stack([output.loss.detach(), output.accuracy.detach(), torch.ones_like(sums[0])])
+                sums += torch.where(torch.isfinite(values[0]), values, 0)
             progress.update()
             done = step + 1
+            window_steps += 1
             if done == start_step + 1:
                 first_step_done = time.perf_counter()  # throughput excludes the first step's warm-up
 
             if done % cfg.log_every == 0 or done == cfg.steps:
-                loss, accuracy = (accelerator.reduce(sums, "mean") / passes).tolist()
+                loss, accuracy, passes = accelerator.reduce(sums, "sum").tolist()
+                loss, accuracy = (loss / passes, accuracy / passes) if passes else (math.nan, math.nan)
                 now = time.perf_counter()
-                window_steps = passes // plan.accumulation_steps
                 metrics = {
                     "loss": loss,
                     "mpp_accuracy": accuracy,
                     "lr": lr,
                     "grad_norm": grad_norm.item(),
                     "images_per_second": window_steps * plan.global_batch_size / (now - window_start),
+                    "skipped_steps": guard.check(done, window_steps),  # raises where the run must stop
                 }
-                if not math.isfinite(loss):
-                    logger.warning("step %d: loss is %s", done, loss)
                 # The x-axis counts images seen, so runs with different batch sizes line up.
                 images_seen = done * plan.global_batch_size
                 accelerator.log({f"train/{key}": value for key, value in metrics.items()}, step=images_seen)
                 progress.set_postfix(loss=f"{loss:.4f}", acc=f"{accuracy:.3f}")
                 logger.info(
-                    "step %d/%d  loss %.4f  mpp_accuracy %.4f  lr %.2e  grad_norm %.3f  %.1f images/s",
+                    "step %d/%d  loss %.4f  mpp_accuracy %.4f  lr %.2e  grad_norm %.3f  %.1f images/s%s",
                     done, cfg.steps, loss, accuracy, lr, metrics["grad_norm"], metrics["images_per_second"],
+                    guard.describe(metrics["skipped_steps"]),
                 )
+                guard.reset()
+                skipped_steps += metrics["skipped_steps"]
                 sums.zero_()
-                passes, window_start = 0, now
+                window_steps, window_start = 0, now
 
-            if done % cfg.checkpoint_every == 0 or done == cfg.steps:
+            signum = stop_signals.agreed(accelerator, done, cfg.stop_check_every)
+            if done % cfg.checkpoint_every == 0 or done == cfg.steps or signum:
+                guard.check(done, window_steps)  # never checkpoint after a step that must stop the run
                 saving = time.perf_counter()
                 path = save_checkpoint(accelerator, run_dir, done, config, cfg.keep_checkpoints)
                 logger.info("saved checkpoint %s", path)
+                if signum:
+                    raise Preempted(signum, done, path)
                 pause = time.perf_counter() - saving  # speeds count training time, not checkpoint writing
                 window_start, first_step_done = window_start + pause, first_step_done + pause
-    progress.close()
     skipped = report_skipped_images(accelerator, loader.dataset)
 
     steps_run = cfg.steps - start_step
@@ -196,4 +212,5 @@ def train(
         "steps_this_session": steps_run,
         "wall_seconds_this_session": time.perf_counter() - run_start,
         "skipped_images": skipped,
+        "skipped_steps": skipped_steps,
     }

@@ -26,6 +26,8 @@ from mpp.data import build_dataset, build_loader, prepare_loader, sample_images
 from mpp.encoder import count_parameters, create_encoder
 from mpp.engine import describe_plan, local_processes, plan_batches, set_cpu_threads, train
 from mpp.masked_patch_prediction import MaskedPatchPredictor, most_frequent_class_accuracy
+from mpp.non_finite import NonFiniteStep
+from mpp.preemption import Preempted
 from mpp.run_directory import (
     RunDirectoryError,
     claim_output_dir,
@@ -66,8 +68,8 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
                             num_processes=accelerator.num_processes)
     loader = build_loader(dataset, plan.micro_batch_size, cfg.data, train=True, device_type=accelerator.device.type,
                           local_processes=local_processes(accelerator))
-    optimizer = create_optimizer_v2(
-        model, opt="adamw", lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, betas=cfg.train.betas
+    optimizer = create_optimizer_v2(  # fused: one kernel, and it can skip a non-finite step on the device
+        model, opt="adamw", lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, betas=cfg.train.betas, fused=True
     )
     checkpoint = resume_checkpoint(cfg.resume, run_dir)
     if checkpoint is not None:
@@ -96,7 +98,11 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
         start_step = load_checkpoint(accelerator, checkpoint)
         logger.info("resumed from %s at step %d", checkpoint, start_step)
 
-    metrics = train(accelerator, model, optimizer, loader, cfg.train, plan, run_dir, cfg, cfg.seed, start_step)
+    try:
+        metrics = train(accelerator, model, optimizer, loader, cfg.train, plan, run_dir, cfg, cfg.seed, start_step)
+    except (Preempted, NonFiniteStep):
+        accelerator.end_training()  # TensorBoard flushed; the checkpoints stay as they are
+        raise
     metrics["mpp_accuracy_most_frequent_class"] = baseline
 
     if accelerator.is_main_process:
@@ -114,5 +120,8 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
 if __name__ == "__main__":
     try:
         main(parse_command_line(MPPRunConfig, sys.argv[1:], DEFAULT_PRESET, description=__doc__))
-    except (ConfigError, RunDirectoryError) as error:
+    except (ConfigError, RunDirectoryError, NonFiniteStep) as error:
         sys.exit(f"error: {error}")
+    except Preempted as stop:
+        print(stop, file=sys.stderr)
+        sys.exit(128 + stop.signum)  # the shell's code for "ended by this signal", so schedulers see why

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import timm
@@ -62,8 +63,12 @@ def test_a_half_written_checkpoint_is_never_the_latest(tmp_path):
     accelerator = Accelerator(cpu=True)
     model = accelerator.prepare(torch.nn.Linear(3, 2))
     save_checkpoint(accelerator, tmp_path, 5, MPPRunConfig(), keep=3)
-    (tmp_path / "checkpoints" / "step_00000010.partial").mkdir()  # a run killed while saving step 10
+    killed = tmp_path / "checkpoints" / "step_00000010.partial"  # a run killed while saving step 10 ...
+    shutil.copytree(tmp_path / "checkpoints" / "step_00000005", killed)  # ... just before the rename
+    (killed / "trainer_state.json").write_text('{"step": 10}')
     assert resume_checkpoint("auto", tmp_path).name == "step_00000005"
+    save_checkpoint(accelerator, tmp_path, 7, MPPRunConfig(), keep=3)  # the next save clears the leftover
+    assert sorted(path.name for path in (tmp_path / "checkpoints").iterdir()) == ["step_00000005", "step_00000007"]
 
 
 def test_resuming_with_another_model_or_objective_is_refused(tmp_path):

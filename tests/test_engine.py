@@ -50,7 +50,7 @@ def test_accumulation_takes_one_optimizer_step_per_global_batch(tiny_model_confi
         cpu=True, gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=2, sync_with_dataloader=False)
     )
     model = MaskedPatchPredictor(create_encoder(tiny_model_config), MPPConfig(), (0.5,) * 3, (0.5,) * 3)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, fused=True)
     dataset = build_dataset(DataConfig(), "train", image_size=16, channels=3, augment=True)
     loader = build_loader(dataset, batch_size=4, cfg=DataConfig(), train=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)

@@ -1,0 +1,59 @@
+"""Stopping a run cleanly when its machine is taken away.
+
+SIGTERM (schedulers, preemptible VMs) or SIGINT (Ctrl-C) does not kill training: it asks the loop to save a
+checkpoint at the next step boundary and exit, so ``--resume`` loses nothing. A second signal acts as it normally
+would (stops at once). With several processes, all must stop at the same step (saving is collective): they agree
+every ``every`` steps, one tiny all-reduce; a single process reads its own flag every step, at no cost.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+from typing import Any, Optional
+
+import torch
+from accelerate import Accelerator
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Preempted(Exception):
+    """Training stopped on a signal after saving a checkpoint; the recipe exits with 128 + the signal's number."""
+
+    def __init__(self, signum: int, step: int, checkpoint: Any):
+        self.signum, self.step, self.checkpoint = signum, step, checkpoint
+        super().__init__(f"stopped by {signal.Signals(signum).name} after step {step}; checkpoint {checkpoint} "
+                         "saved: continue with --resume (or resume=auto) and the same output_dir")
+
+
+class StopSignals:
+    """While active (``with StopSignals() as stop``), SIGTERM and SIGINT only set ``stop.received``."""
+
+    def __init__(self) -> None:
+        self.received: Optional[int] = None
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():  # Python runs handlers in the main thread only
+            self.previous = {signum: signal.signal(signum, self.handle) for signum in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+    def handle(self, signum: int, frame: Optional[FrameType]) -> None:
+        self.received = signum
+        for other, handler in self.previous.items():  # the next signal: what it would have done without us
+            signal.signal(other, handler)
+
+    def agreed(self, accelerator: Accelerator, step: int, every: int) -> Optional[int]:
+        """The signal every process stops on after ``step``, or None to go on."""
+        if accelerator.num_processes == 1:
+            return self.received
+        if step % every:
+            return None
+        flag = torch.tensor(self.received or 0, device=accelerator.device)
+        return int(accelerator.reduce(flag, "max").item()) or None

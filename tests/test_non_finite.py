@@ -1,0 +1,78 @@
+"""A step with a non-finite loss or gradient never reaches the weights; the run stops, or skips it, as configured."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DataLoaderConfiguration
+from torch.utils.data import DataLoader, TensorDataset
+
+from mpp.checkpoint import list_checkpoints, read_step
+from mpp.config import MPPRunConfig, TrainConfig
+from mpp.engine import plan_batches, train
+from mpp.non_finite import NonFiniteStep
+
+
+class FlakyModel(torch.nn.Module):
+    """A linear model whose loss (``"loss"``) or gradient (``"gradient"``) is not finite on chosen steps."""
+
+    def __init__(self, bad_steps: dict[int, str]):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 1)
+        self.bad_steps, self.calls = bad_steps, 0
+
+    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> SimpleNamespace:
+        self.calls += 1
+        output = self.linear(images)
+        if self.bad_steps.get(self.calls) == "gradient":
+            output.register_hook(lambda grad: grad * math.inf)  # the loss stays finite
+        loss = output.pow(2).mean() * (math.nan if self.bad_steps.get(self.calls) == "loss" else 1.0)
+        return SimpleNamespace(loss=loss, accuracy=torch.zeros(()))
+
+
+def run(tmp_path, bad_steps: dict[int, str], on_nonfinite: str, steps: int = 8):
+    torch.manual_seed(0)  # the same model and data in every call
+    cfg = TrainConfig(steps=steps, global_batch_size=4, lr=0.1, min_lr=0.1, warmup_steps=0, log_every=4,
+                      checkpoint_every=2, keep_checkpoints=10, on_nonfinite=on_nonfinite)  # constant learning rate
+    accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
+    model = FlakyModel(bad_steps)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, fused=True)
+    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.zeros(16)), batch_size=4, shuffle=True)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    outcome = train(accelerator, model, optimizer, loader, cfg, plan_batches(cfg, 1), tmp_path, MPPRunConfig(), 0)
+    return outcome, model, optimizer
+
+
+def adam_steps(optimizer) -> int:
+    return int(next(iter(optimizer.optimizer.state.values()))["step"])
+
+
+@pytest.mark.parametrize("kind", ["loss", "gradient"])
+def test_stop_ends_the_run_at_the_next_check_without_applying_or_checkpointing_the_bad_step(tmp_path, kind):
+    with pytest.raises(NonFiniteStep, match=r"1 of the last 4 steps had a non-finite loss or gradient \(first: step 3"):
+        run(tmp_path, {3: kind}, on_nonfinite="stop")
+    assert [read_step(path) for path in list_checkpoints(tmp_path)] == [2]  # none written after the bad step
+
+
+def test_skip_goes_on_without_the_bad_steps(tmp_path):
+    metrics, model, optimizer = run(tmp_path, {3: "loss", 6: "gradient"}, on_nonfinite="skip")
+    assert metrics["step"] == 8 and metrics["skipped_steps"] == 2 and math.isfinite(metrics["loss"])
+    assert adam_steps(optimizer) == 6  # 8 steps, 2 of them skipped
+    assert all(torch.isfinite(parameter).all() for parameter in model.parameters())
+
+
+def test_a_skipped_step_leaves_weights_and_optimizer_untouched(tmp_path):
+    _, before, before_optimizer = run(tmp_path / "a", {}, on_nonfinite="skip", steps=2)
+    _, after, after_optimizer = run(tmp_path / "b", {3: "loss"}, on_nonfinite="skip", steps=3)
+    assert adam_steps(after_optimizer) == adam_steps(before_optimizer) == 2
+    assert all(torch.equal(a, b) for a, b in zip(before.parameters(), after.parameters()))
+
+
+def test_skip_still_stops_when_no_step_of_a_window_is_finite(tmp_path):
+    with pytest.raises(NonFiniteStep, match=r"2 of the last 2 steps .* then resume$"):  # at the first checkpoint
+        run(tmp_path, {step: "loss" for step in range(1, 9)}, on_nonfinite="skip")
+    assert list_checkpoints(tmp_path) == []

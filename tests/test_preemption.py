@@ -1,0 +1,61 @@
+"""SIGTERM / SIGINT during training: a checkpoint at the next step boundary, a clear exit, and a resume that ends
+exactly where an uninterrupted run does."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+from safetensors.torch import load_file
+
+from mpp.preemption import StopSignals
+from tests.test_recipe_mpp import RECIPE, TINY, launch
+
+STEPS = ["train.steps=200", "train.log_every=1", "train.checkpoint_every=1000"]
+
+
+def test_a_signal_only_sets_the_flag_and_the_next_one_acts_as_before():
+    default = signal.getsignal(signal.SIGINT)
+    with StopSignals() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.received == signal.SIGINT  # no KeyboardInterrupt
+        assert signal.getsignal(signal.SIGINT) is default  # a second Ctrl-C interrupts at once
+    assert signal.getsignal(signal.SIGINT) is default
+
+
+def wait_for_log(path, pattern: str, process: subprocess.Popen, timeout: float = 120) -> re.Match:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = re.search(pattern, path.read_text()) if path.is_file() else None
+        if found:
+            return found
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        time.sleep(0.02)
+    raise AssertionError(f"no {pattern!r} in {path} after {timeout} s")
+
+
+def test_a_killed_run_saves_exits_and_resumes_to_the_uninterrupted_result(tmp_path):
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    launch(f"output_dir={straight}", *TINY, *STEPS)
+
+    # The recipe as the scheduler's process: signalled directly, no launcher in between.
+    process = subprocess.Popen([sys.executable, str(RECIPE), f"output_dir={stopped}", *TINY, *STEPS],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_log(stopped / "log.txt", r"step 3/200", process)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    step = int(re.search(r"stopped by SIGTERM after step (\d+); checkpoint (\S+) saved: continue with --resume",
+                         stderr).group(1))
+    assert 3 <= step < 200 and (stopped / "checkpoints" / f"step_{step:08d}").is_dir()
+    assert not (stopped / "metrics.json").exists()  # the run is not over
+
+    launch(f"output_dir={stopped}", *TINY, *STEPS, "--resume")
+    checkpoint = stopped / "checkpoints" / f"step_{step:08d}"
+    assert f"resumed from {checkpoint} at step {step}" in (stopped / "log.txt").read_text()
+    resumed, uninterrupted = (load_file(run / "export" / "model.safetensors") for run in (stopped, straight))
+    assert all((resumed[name] == uninterrupted[name]).all() for name in uninterrupted)
