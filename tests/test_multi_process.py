@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 
+from tests.test_preemption import wait_for_log
 from tests.test_recipe_mpp import RECIPE, TINY, launch
 
 STEPS = ["train.steps=40", "train.global_batch_size=16", "train.log_every=10", "train.checkpoint_every=20",
@@ -50,3 +52,26 @@ def test_two_processes_follow_the_single_process_loss_curve_and_only_the_main_on
     single, double = logged_losses(one), logged_losses(two)
     assert len(single) == len(double) == 4 and double[-1] < double[0] - 0.2  # it learns
     assert all(abs(a - b) <= TOLERANCE * a for a, b in zip(single, double)), (single, double)
+
+
+def test_sigterm_to_a_two_process_run_stops_both_at_one_step_and_resume_finishes_it(tmp_path):
+    run_dir = tmp_path / "run"
+    args = [f"output_dir={run_dir}", *TINY, "train.steps=300", "train.log_every=5", "train.checkpoint_every=1000"]
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
+               "29521", str(RECIPE), *args]
+    # A scheduler signals the whole job: the launcher and both training processes (their process group).
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "ACCELERATE_USE_CPU": "1"}, start_new_session=True)
+    wait_for_log(run_dir / "log.txt", r"step 20/300", process)
+    os.killpg(process.pid, signal.SIGTERM)
+    _, stderr = process.communicate(timeout=300)
+    stops = re.findall(r"stopped by SIGTERM after step (\d+)", stderr)
+    assert len(stops) == 2 and len(set(stops)) == 1, stderr[-3000:]  # both processes, the same step
+    step = int(stops[0])
+    assert step % 10 == 0  # they agree every train.stop_check_every steps
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == [f"step_{step:08d}"]
+
+    launch_two_processes(*args, "--resume")
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["step"] == 300 and metrics["steps_this_session"] == 300 - step and metrics["num_processes"] == 2

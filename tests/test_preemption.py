@@ -59,3 +59,14 @@ def test_a_killed_run_saves_exits_and_resumes_to_the_uninterrupted_result(tmp_pa
     assert f"resumed from {checkpoint} at step {step}" in (stopped / "log.txt").read_text()
     resumed, uninterrupted = (load_file(run / "export" / "model.safetensors") for run in (stopped, straight))
     assert all((resumed[name] == uninterrupted[name]).all() for name in uninterrupted)
+
+
+def test_ctrl_c_saves_and_exits_with_130(tmp_path):
+    process = subprocess.Popen([sys.executable, str(RECIPE), f"output_dir={tmp_path}", *TINY, *STEPS],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_log(tmp_path / "log.txt", r"step 3/200", process)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130 and "KeyboardInterrupt" not in stderr, stderr[-3000:]
+    step = int(re.search(r"stopped by SIGINT after step (\d+)", stderr).group(1))
+    assert (tmp_path / "checkpoints" / f"step_{step:08d}").is_dir()
