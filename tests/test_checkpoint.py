@@ -61,7 +61,7 @@ def test_checkpoints_keep_the_newest_and_resume_from_the_latest(tmp_path):
 
 def test_a_half_written_checkpoint_is_never_the_latest(tmp_path):
     accelerator = Accelerator(cpu=True)
-    model = accelerator.prepare(torch.nn.Linear(3, 2))
+    accelerator.prepare(torch.nn.Linear(3, 2))  # registered: save_state saves it
     save_checkpoint(accelerator, tmp_path, 5, MPPRunConfig(), keep=3)
     killed = tmp_path / "checkpoints" / "step_00000010.partial"  # a run killed while saving step 10 ...
     shutil.copytree(tmp_path / "checkpoints" / "step_00000005", killed)  # ... just before the rename

@@ -18,7 +18,7 @@ from PIL import Image
 from mpp.config import DataConfig
 from mpp.data import build_dataset, build_loader, open_source
 from mpp.data.sources import DataError
-from tests.test_recipe_mpp import TINY, launch
+from tests.launching import TINY, launch
 
 rng = np.random.default_rng(0)
 

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +12,7 @@ from PIL import Image
 from mpp.config import DataConfig
 from mpp.data import build_dataset, build_loader
 from mpp.data.sources import DataError
-from tests.test_recipe_mpp import TINY, launch
+from tests.launching import TINY, launch
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -54,12 +51,7 @@ def test_two_processes_read_distinct_shards_of_every_epoch(tmp_path, fashion_mni
     folder = fashion_mnist_dir(np.zeros((40, 8, 8)), np.zeros((4, 8, 8)))  # label = index
     out = tmp_path / "out"
     out.mkdir()
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
-               "29517", str(SCRIPTS / "epoch_indices.py"), f"fashion-mnist:{folder}", str(out)]
-    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "PYTHONPATH": str(Path(__file__).parents[1])}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
+    launch(f"fashion-mnist:{folder}", str(out), script=SCRIPTS / "epoch_indices.py", processes=2)
     for epoch in range(2):
         records = [json.loads((out / f"process_{rank}_epoch_{epoch}.json").read_text()) for rank in (0, 1)]
         assert all(r["num_processes"] == 2 and r["distributed_type"] == "DistributedType.MULTI_CPU" for r in records)

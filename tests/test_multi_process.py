@@ -6,28 +6,12 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 
-from tests.test_preemption import wait_for_log
-from tests.test_recipe_mpp import RECIPE, TINY, launch
+from tests.launching import TINY, launch, start, wait_for_log
 
 STEPS = ["train.steps=40", "train.global_batch_size=16", "train.log_every=10", "train.checkpoint_every=20",
          "train.lr=2e-3"]
-
-
 TOLERANCE = 0.02  # relative, per logged loss (measured: at most 0.4% apart)
-
-
-def launch_two_processes(*args: str) -> subprocess.CompletedProcess:
-    # accelerate 1.15: `--cpu --num_processes 2` starts ONE process; this starts two (DistributedType.MULTI_CPU).
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
-               "29519", str(RECIPE), *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "ACCELERATE_USE_CPU": "1"})
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result
 
 
 def logged_losses(run_dir) -> list[float]:
@@ -37,7 +21,7 @@ def logged_losses(run_dir) -> list[float]:
 def test_two_processes_follow_the_single_process_loss_curve_and_only_the_main_one_writes(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     launch(f"output_dir={one}", *TINY, *STEPS)
-    launch_two_processes(f"output_dir={two}", *TINY, *STEPS)
+    launch(f"output_dir={two}", *TINY, *STEPS, processes=2)
 
     metrics = json.loads((two / "metrics.json").read_text())
     log = (two / "log.txt").read_text()
@@ -57,14 +41,9 @@ def test_two_processes_follow_the_single_process_loss_curve_and_only_the_main_on
 def test_sigterm_to_a_two_process_run_stops_both_at_one_step_and_resume_finishes_it(tmp_path):
     run_dir = tmp_path / "run"
     args = [f"output_dir={run_dir}", *TINY, "train.steps=300", "train.log_every=5", "train.checkpoint_every=1000"]
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
-               "29521", str(RECIPE), *args]
-    # A scheduler signals the whole job: the launcher and both training processes (their process group).
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "ACCELERATE_USE_CPU": "1"}, start_new_session=True)
+    process = start(*args, processes=2)
     wait_for_log(run_dir / "log.txt", r"step 20/300", process)
-    os.killpg(process.pid, signal.SIGTERM)
+    os.killpg(process.pid, signal.SIGTERM)  # as a scheduler: the launcher and both training processes
     _, stderr = process.communicate(timeout=300)
     stops = re.findall(r"stopped by SIGTERM after step (\d+)", stderr)
     assert len(stops) == 2 and len(set(stops)) == 1, stderr[-3000:]  # both processes, the same step
@@ -72,6 +51,6 @@ def test_sigterm_to_a_two_process_run_stops_both_at_one_step_and_resume_finishes
     assert step % 10 == 0  # they agree every train.stop_check_every steps
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == [f"step_{step:08d}"]
 
-    launch_two_processes(*args, "--resume")
+    launch(*args, "--resume", processes=2)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["step"] == 300 and metrics["steps_this_session"] == 300 - step and metrics["num_processes"] == 2

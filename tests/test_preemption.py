@@ -8,12 +8,11 @@ import re
 import signal
 import subprocess
 import sys
-import time
 
 from safetensors.torch import load_file
 
 from mpp.preemption import StopSignals
-from tests.test_recipe_mpp import RECIPE, TINY, launch
+from tests.launching import RECIPE, TINY, launch, wait_for_log
 
 STEPS = ["train.steps=200", "train.log_every=1", "train.checkpoint_every=1000"]
 
@@ -25,17 +24,6 @@ def test_a_signal_only_sets_the_flag_and_the_next_one_acts_as_before():
         assert stop.received == signal.SIGINT  # no KeyboardInterrupt
         assert signal.getsignal(signal.SIGINT) is default  # a second Ctrl-C interrupts at once
     assert signal.getsignal(signal.SIGINT) is default
-
-
-def wait_for_log(path, pattern: str, process: subprocess.Popen, timeout: float = 120) -> re.Match:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = re.search(pattern, path.read_text()) if path.is_file() else None
-        if found:
-            return found
-        assert process.poll() is None, process.communicate()[1][-3000:]
-        time.sleep(0.02)
-    raise AssertionError(f"no {pattern!r} in {path} after {timeout} s")
 
 
 def test_a_killed_run_saves_exits_and_resumes_to_the_uninterrupted_result(tmp_path):

@@ -16,22 +16,7 @@ from safetensors.torch import load_file
 
 from mpp.config import ModelConfig
 from mpp.encoder import create_encoder
-
-RECIPE = Path(__file__).parents[1] / "recipes" / "mpp.py"
-TINY = [
-    "model.img_size=16", "model.patch_size=4", "model.embed_dim=32", "model.depth=2", "model.num_heads=2",
-    "train.global_batch_size=8", "train.warmup_steps=2", "train.log_every=2", "train.checkpoint_every=3",
-    "train.steps=6",
-]
-
-
-def launch(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1",
-               "--mixed_precision", "no", "--dynamo_backend", "no", str(RECIPE), *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    if check:
-        assert result.returncode == 0, result.stderr[-3000:]
-    return result
+from tests.launching import RECIPE, TINY, launch
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,64 @@
+"""Running the recipes as users do, through ``accelerate launch`` in a subprocess: one process, or two gloo
+processes on this CPU-only machine."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+RECIPE = ROOT / "recipes" / "mpp.py"
+TINY = [  # a ViT small enough for end-to-end tests
+    "model.img_size=16", "model.patch_size=4", "model.embed_dim=32", "model.depth=2", "model.num_heads=2",
+    "train.global_batch_size=8", "train.warmup_steps=2", "train.log_every=2", "train.checkpoint_every=3",
+    "train.steps=6",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def accelerate_command(script: Path, args: tuple[str, ...], processes: int) -> tuple[list[str], dict[str, str]]:
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(processes),
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if processes > 1:
+        # accelerate 1.15: `--cpu --num_processes 2` silently starts ONE process; this starts two (MULTI_CPU, gloo).
+        command += ["--multi_gpu", "--main_process_port", str(free_port())]
+        env["ACCELERATE_USE_CPU"] = "1"
+    return command + [str(script), *args], env
+
+
+def launch(*args: str, script: Path = RECIPE, processes: int = 1, check: bool = True) -> subprocess.CompletedProcess:
+    command, env = accelerate_command(script, args, processes)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def start(*args: str, processes: int = 1) -> subprocess.Popen:
+    """The recipe running in the background, in a process group of its own (as a scheduler's job)."""
+    command, env = accelerate_command(RECIPE, args, processes)
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+
+
+def wait_for_log(path: Path, pattern: str, process: subprocess.Popen, timeout: float = 120) -> re.Match:
+    """Waits until ``path`` (a run's log.txt) holds ``pattern``; fails if ``process`` ends first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = re.search(pattern, path.read_text()) if path.is_file() else None
+        if found:
+            return found
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        time.sleep(0.02)
+    raise AssertionError(f"no {pattern!r} in {path} after {timeout} s")
