@@ -62,8 +62,7 @@ class ImageDataset(Dataset):
 
     @property
     def description(self) -> str:
-        view = "augmented" if self.view.augment else "resized"
-        return f"{self.source.description}; {len(self)} selected; {view} to {self.view.size}x{self.view.size}"
+        return f"{self.source.description}; {len(self)} selected; {self.view.description}"
 
     @property
     def labels(self) -> torch.Tensor:
@@ -135,8 +134,9 @@ class StreamingImageDataset(IterableDataset):
         self.stream, self.image_column, self.label_column = stream, image_column, label_column
         self.view, self.channels, self.seed, self.epoch = view, channels, seed, 0
         self.shuffle_buffer, self.max_bad_fraction = shuffle_buffer, max_bad_fraction
-        self.description = f"{description}; {'augmented' if view.augment else 'resized'} to {view.size}x{view.size}"
-        self.counts = torch.zeros(MAX_STREAM_WORKERS, 2, dtype=torch.long).share_memory_()  # (worker, failed read)
+        self.description = f"{description}; {view.description}"
+        # Per loader worker: images that failed, images read. Shared memory, so the trainer sees workers' counts.
+        self.counts = torch.zeros(MAX_STREAM_WORKERS, 2, dtype=torch.long).share_memory_()
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -144,8 +144,9 @@ class StreamingImageDataset(IterableDataset):
     def __iter__(self):
         worker = get_worker_info()
         worker_id = worker.id if worker is not None else 0
-        stream = self.stream.shuffle(seed=self.seed, buffer_size=self.shuffle_buffer) if self.shuffle_buffer else \
-            self.stream
+        stream = self.stream
+        if self.shuffle_buffer:
+            stream = stream.shuffle(seed=self.seed, buffer_size=self.shuffle_buffer)
         stream.set_epoch(self.epoch)
         generator = seeded_generator(self.seed, self.epoch, worker_id)
         counts = self.counts[worker_id]

@@ -35,6 +35,10 @@ class ImageView:
     hflip: float = 0.5  # probability of mirroring, when augmenting
     eval_crop_fraction: float = 1.0  # side of the evaluation view's centre square, as a fraction of the short side
 
+    @property
+    def description(self) -> str:
+        return f"{'augmented' if self.augment else 'resized'} to {self.size}x{self.size}"
+
     def draw(self, heights: torch.Tensor, widths: torch.Tensor, generator: Optional[torch.Generator] = None):
         """(b) image sizes -> (b 4) crop boxes and (b) flips (None when not augmenting)."""
         if not self.augment:
