@@ -1,7 +1,8 @@
 """Checkpoints (full training state, to resume) and the exported encoder (timm's hub format, to use elsewhere).
 
 ``<run>/checkpoints/step_00001000/`` holds ``accelerator.save_state`` (model, optimizer, every process's RNG state),
-``trainer_state.json`` (the step) and the run's ``config.yaml``. A checkpoint is written under a temporary name and
+``trainer_state.json`` (the step), the run's ``config.yaml`` and, when the run averages its weights,
+``averaged_model.safetensors``. A checkpoint is written under a temporary name and
 renamed into place, so a run killed while saving never leaves a broken latest checkpoint.
 
 ``<run>/export/`` holds ``config.json`` and ``model.safetensors`` as timm writes them:
@@ -18,16 +19,19 @@ from typing import Any, Optional, Sequence
 
 import yaml
 from accelerate import Accelerator
+from safetensors.torch import load_file, save_file
 from timm.models import save_for_hf
 from timm.models.vision_transformer import VisionTransformer
+from timm.utils import ModelEmaV3
 
 from mpp.config import ConfigError, config_to_dict, save_config
 
 CHECKPOINTS_DIR = "checkpoints"
 EXPORT_DIR = "export"
 STATE_FILE = "trainer_state.json"
+AVERAGED_FILE = "averaged_model.safetensors"
 PARTIAL_SUFFIX = ".partial"
-RESUME_MUST_MATCH = ("model", "mpp")  # config sections a resumed run may not change
+RESUME_MUST_MATCH = ("model", "mpp")  # config sections a resumed MPP run may not change
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:
@@ -48,8 +52,11 @@ def read_step(checkpoint: Path) -> int:
     return json.loads((checkpoint / STATE_FILE).read_text())["step"]
 
 
-def save_checkpoint(accelerator: Accelerator, run_dir: Path, step: int, config: Any, keep: int) -> Path:
-    """Save the full training state after ``step`` optimizer steps; keep the ``keep`` newest. Every process calls."""
+def save_checkpoint(
+    accelerator: Accelerator, run_dir: Path, step: int, config: Any, keep: int, averaged: Optional[ModelEmaV3] = None
+) -> Path:
+    """Save the full training state after ``step`` optimizer steps (and the averaged weights, if any); keep the
+    ``keep`` newest. Every process calls."""
     final = checkpoint_path(run_dir, step)
     partial = final.with_name(final.name + PARTIAL_SUFFIX)
     if accelerator.is_main_process:
@@ -60,6 +67,9 @@ def save_checkpoint(accelerator: Accelerator, run_dir: Path, step: int, config: 
     if accelerator.is_main_process:
         (partial / STATE_FILE).write_text(json.dumps({"step": step}))
         save_config(config, partial / "config.yaml")
+        if averaged is not None:
+            save_file({name: value.detach().cpu().contiguous() for name, value in averaged.module.state_dict().items()},
+                      partial / AVERAGED_FILE)
         if final.exists():  # the same step saved by an earlier, resumed attempt
             shutil.rmtree(final)
         partial.rename(final)
@@ -103,9 +113,14 @@ def check_resume_compatible(checkpoint: Path, config: Any, sections: Sequence[st
         )
 
 
-def load_checkpoint(accelerator: Accelerator, checkpoint: Path) -> int:
+def load_checkpoint(accelerator: Accelerator, checkpoint: Path, averaged: Optional[ModelEmaV3] = None) -> int:
     """Restore the full training state; returns the number of optimizer steps already taken."""
     accelerator.load_state(str(checkpoint))
+    if averaged is not None:
+        if not (checkpoint / AVERAGED_FILE).is_file():
+            raise ConfigError(f"{checkpoint} holds no averaged weights ({AVERAGED_FILE}); resume with the "
+                              "checkpoint's settings (no weight averaging)")
+        averaged.module.load_state_dict(load_file(checkpoint / AVERAGED_FILE, device=str(accelerator.device)))
     return read_step(checkpoint)
 
 

@@ -34,7 +34,8 @@ class ModelConfig:
     depth: Optional[int] = None
     num_heads: Optional[int] = None
     in_chans: int = 3
-    drop_path_rate: float = 0.0
+    drop_path_rate: float = 0.0  # stochastic depth
+    dropout: float = 0.0  # after adding position embeddings and after every dense layer but qkv (App. B.1)
 
     def __post_init__(self) -> None:
         if self.img_size is not None and self.patch_size is not None and self.img_size % self.patch_size:
@@ -81,7 +82,9 @@ class DataConfig:
     std: tuple[float, ...] = (0.5, 0.5, 0.5)
 
     def __post_init__(self) -> None:
-        from mpp.data.sources import parse_source  # imported here: mpp.data imports this module
+        from mpp.data.sources import (
+            parse_source,  # imported here: mpp.data imports this module
+        )
 
         parse_source(self.source)
         if not 0 <= self.holdout_fraction < 1:
@@ -132,9 +135,11 @@ class TrainConfig:
     warmup_steps: int = 10_000  # linear warm-up from 0 (a run shorter than this never reaches the peak)
     decay: Literal["cosine", "linear"] = "cosine"
     min_lr: float = 0.0  # learning rate at the last step
-    betas: tuple[float, float] = (0.9, 0.999)
+    betas: tuple[float, float] = (0.9, 0.999)  # adamw only
     weight_decay: float = 0.0  # decoupled (AdamW); App. B.1.2 states none for MPP. Skips biases, norms, tokens.
     grad_clip_norm: float = 1.0  # global norm (App. B.1)
+    optimizer: Literal["adamw", "sgd"] = "adamw"  # Adam with decoupled weight decay, or SGD (fine-tuning, Sec. 3.2)
+    momentum: float = 0.9  # sgd only
     mixed_precision: Literal["no", "bf16", "fp16"] = "no"
     cpu_threads: int = 0  # on a CPU: threads per process; 0 shares the cores among this machine's processes
     log_every: int = 50  # steps between TensorBoard points (the only steps that synchronise with the device)
@@ -153,20 +158,98 @@ class TrainConfig:
             raise ConfigError(f"train.micro_batch_size={self.micro_batch_size} must be at least 1 (or null)")
         if self.warmup_steps < 0:
             raise ConfigError(f"train.warmup_steps={self.warmup_steps} must be at least 0")
+        if self.lr <= 0:
+            raise ConfigError(f"train.lr={self.lr} must be positive")
 
 
 @dataclass
-class MPPRunConfig:
-    """Everything one masked-patch-prediction pre-training run needs (recipes/mpp.py)."""
+class RunConfig:
+    """What every run has: its directory, seed, encoder and data."""
 
-    output_dir: str = ""  # the run's directory; empty: runs/mpp-<date>-<time>
+    output_dir: str = ""  # the run's directory; empty: runs/<recipe>-<date>-<time>
     seed: int = 0
-    resume: str = ""  # "auto": continue from the latest checkpoint in output_dir, if any; or a checkpoint path
+    resume: str = ""  # "auto": continue from the latest checkpoint(s) in output_dir, if any; or a checkpoint path
     overwrite: bool = False  # start again in an output_dir that holds an earlier run, deleting it
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
+
+
+@dataclass
+class MPPRunConfig(RunConfig):
+    """Everything one masked-patch-prediction pre-training run needs (recipes/mpp.py)."""
+
     mpp: MPPConfig = field(default_factory=MPPConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+
+
+@dataclass
+class ClassifierConfig:
+    """The classification head on the encoder's output (Sec. 3.1, App. D.3)."""
+
+    head: Literal["mlp", "linear"] = "mlp"  # pre-training: one tanh hidden layer of the encoder's width; fine-tuning:
+    # a single linear layer (Sec. 3.2). The output layer always starts at zero, so initial logits are exactly zero.
+    pool: Literal["token", "avg"] = "token"  # the [class] token's output, or the mean of the patch tokens (App. D.3)
+    label_smoothing: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.label_smoothing < 1:
+            raise ConfigError(f"classifier.label_smoothing={self.label_smoothing} must lie in [0, 1)")
+
+
+def supervised_training() -> TrainConfig:
+    """Supervised pre-training (App. B.1, Table 3, ViT-B on JFT-300M): Adam, lr 8e-4, weight decay 0.1, linear decay."""
+    return TrainConfig(lr=8e-4, weight_decay=0.1, decay="linear")
+
+
+@dataclass
+class SupervisedRunConfig(RunConfig):
+    """Everything one supervised pre-training run needs (recipes/supervised.py)."""
+
+    classifier: ClassifierConfig = field(default_factory=ClassifierConfig)
+    train: TrainConfig = field(default_factory=supervised_training)
+
+
+@dataclass
+class FinetuneConfig:
+    """What fine-tuning adds to classifier training (Sec. 3.2, App. B.1.1)."""
+
+    ema_decay: float = 0.0  # > 0: also keep a Polyak (exponential moving) average of the weights (Table 2: 0.9999)
+    # A learning-rate grid (e.g. [0.001,0.003,0.01,0.03]): each is trained on the training images less a seeded
+    # slice of sweep_holdout_fraction of them and scored on that slice; the best is then trained on all of them.
+    sweep_lrs: tuple[float, ...] = ()
+    sweep_holdout_fraction: float = 0.02  # App. B.1.1: 2% for CIFAR, 1% for ImageNet, 10% for Pets and Flowers
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.ema_decay < 1:
+            raise ConfigError(f"finetune.ema_decay={self.ema_decay} must lie in [0, 1) (0: no averaging)")
+        if not 0 < self.sweep_holdout_fraction < 1:
+            raise ConfigError(f"finetune.sweep_holdout_fraction={self.sweep_holdout_fraction} must lie in (0, 1)")
+        if any(lr <= 0 for lr in self.sweep_lrs):
+            raise ConfigError(f"finetune.sweep_lrs={list(self.sweep_lrs)} must hold positive learning rates")
+
+
+def finetune_training() -> TrainConfig:
+    """Fine-tuning (Sec. 3.2, Table 4, ImageNet): SGD with momentum 0.9, no weight decay, batch 512, 20k steps,
+    a short warm-up and cosine decay."""
+    return TrainConfig(optimizer="sgd", lr=0.03, weight_decay=0.0, global_batch_size=512, steps=20_000,
+                       warmup_steps=500, checkpoint_every=2_000)
+
+
+def finetune_classifier() -> ClassifierConfig:
+    return ClassifierConfig(head="linear")
+
+
+@dataclass
+class FinetuneRunConfig(RunConfig):
+    """Everything one fine-tuning run needs (recipes/finetune.py)."""
+
+    # The starting weights: a run directory or its export/ folder from recipes/mpp.py or recipes/supervised.py,
+    # local-dir:<timm folder>, or a checkpoint file (.safetensors, .pth, .bin). Empty: from scratch, the baseline.
+    # With a folder, the encoder's architecture is the folder's; model.img_size still sets the resolution.
+    init: str = ""
+    classifier: ClassifierConfig = field(default_factory=finetune_classifier)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    train: TrainConfig = field(default_factory=finetune_training)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -245,15 +328,16 @@ def _flatten(mapping: dict, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _build(cls: type, values: dict[str, Any], prefix: str) -> Any:
+def _build(cls: type, values: dict[str, Any], prefix: str, defaults: Any = None) -> Any:
+    """``cls`` from ``values``; a section starts from its field's default factory (a recipe's own defaults)."""
     kwargs = {}
     for f, annotation in _fields(cls):
         key = f"{prefix}{f.name}"
         if dataclasses.is_dataclass(annotation):
-            kwargs[f.name] = _build(annotation, values, prefix=f"{key}.")
+            kwargs[f.name] = _build(annotation, values, prefix=f"{key}.", defaults=f.default_factory())
         elif key in values:
             kwargs[f.name] = _coerce(values[key], annotation, key)
-    return cls(**kwargs)
+    return cls(**kwargs) if defaults is None else dataclasses.replace(defaults, **kwargs)
 
 
 _TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import difflib
+from typing import Sequence
 
 import timm
 import torch
 from timm.models.vision_transformer import VisionTransformer
+from torch import nn
 
 from mpp.config import ConfigError, ModelConfig
 
@@ -25,6 +27,8 @@ def encoder_kwargs(cfg: ModelConfig) -> dict:
         no_embed_class=False,
         in_chans=cfg.in_chans,
         drop_path_rate=cfg.drop_path_rate,
+        pos_drop_rate=cfg.dropout,  # right after adding the position embeddings
+        proj_drop_rate=cfg.dropout,  # after the attention output projection and both MLP layers (not qkv)
         **sizes,
     )
 
@@ -48,6 +52,24 @@ def create_encoder(cfg: ModelConfig) -> VisionTransformer:
             "set model.img_size to a multiple of the patch size"
         )
     return encoder
+
+
+class InputNormalisation(nn.Module):
+    """(b c h w) raw images in [0, 1] -> the encoder's input, ``(x - mean) / std`` per channel. The models take raw
+    images because MPP's targets come from the unnormalised pixels; a grey image (one channel) is repeated."""
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float], channels: int) -> None:
+        super().__init__()
+        if not len(mean) == len(std) == channels:
+            raise ConfigError(
+                f"data.mean and data.std need one value per input channel (the encoder takes {channels}); "
+                f"got {len(mean)} and {len(std)}"
+            )
+        self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1), persistent=False)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return (images.expand(-1, self.mean.shape[1], -1, -1) - self.mean) / self.std
 
 
 def count_parameters(module: torch.nn.Module) -> int:

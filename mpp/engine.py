@@ -1,7 +1,7 @@
 """The training loop, shared by the recipes: accumulation, clipping, schedule, logging and checkpoints.
 
-The model's forward returns an object with ``loss`` and ``accuracy`` (scalars); the loop needs nothing else from it.
-After ``accelerator.prepare`` nothing here is device-specific.
+The model's forward takes (images, labels) and returns an object with ``loss`` and ``accuracy`` (scalars); the loop
+needs nothing else from it. After ``accelerator.prepare`` nothing here is device-specific.
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import set_seed
+from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, set_seed
+from timm.utils import ModelEmaV3
 from torch.utils.data import DataLoader, IterableDataset
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
@@ -26,6 +27,7 @@ from mpp.checkpoint import save_checkpoint
 from mpp.config import ConfigError, TrainConfig
 from mpp.non_finite import NonFiniteGuard
 from mpp.preemption import Preempted, StopSignals
+from mpp.run_directory import runs_parent
 from mpp.schedule import learning_rate
 
 logger = logging.getLogger(__name__)
@@ -59,6 +61,18 @@ def describe_plan(plan: BatchPlan, cfg: TrainConfig) -> str:
         f"process(es) x {plan.accumulation_steps} accumulation step(s); {cfg.steps} steps "
         f"({cfg.steps * plan.global_batch_size} images); peak lr {cfg.lr:.2e}, {cfg.warmup_steps} warm-up steps, "
         f"{cfg.decay} decay"
+    )
+
+
+def create_accelerator(cfg: TrainConfig, seed: int, output_dir: str) -> Accelerator:
+    """The one Accelerator of a run: mixed precision, seeded data order, TensorBoard in the run directory."""
+    return Accelerator(
+        mixed_precision=cfg.mixed_precision,
+        gradient_accumulation_plugin=GradientAccumulationPlugin(sync_with_dataloader=False),  # steps: train()
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=seed),
+        log_with="tensorboard",
+        # TensorBoard writes to <project_dir>/<run name>: the run directory itself (see start_run).
+        project_dir=str(runs_parent(output_dir)),
     )
 
 
@@ -114,8 +128,14 @@ def train(
     config: Any,
     seed: int,
     start_step: int = 0,
+    accuracy_name: str = "mpp_accuracy",
+    averaged: Optional[ModelEmaV3] = None,
+    log_prefix: str = "",
 ) -> dict[str, Any]:
     """Train from ``start_step`` to ``cfg.steps``; returns the final metrics of the run.
+
+    ``accuracy_name`` names the model's accuracy in logs and metrics; ``averaged``, if given, is updated after every
+    optimizer step and saved with the checkpoints; ``log_prefix`` goes before every TensorBoard tag.
 
     Raises ``Preempted`` (after saving a checkpoint) on SIGTERM / SIGINT, and ``NonFiniteStep`` where
     ``train.on_nonfinite`` says to stop.
@@ -131,6 +151,7 @@ def train(
     run_start = window_start = time.perf_counter()
     first_step_done = run_start
     progress = tqdm(total=cfg.steps, initial=start_step, desc="train", disable=not accelerator.is_local_main_process)
+    unwrapped = accelerator.unwrap_model(model)
     model.train()
     with logging_redirect_tqdm(), StopSignals() as stop_signals, progress:
         for step in range(start_step, cfg.steps):
@@ -152,6 +173,8 @@ def train(
                         guard.judge_step(step + 1, grad_norm)  # a bad step is skipped by the optimizer itself
                     optimizer.step()  # a no-op until the last accumulation pass
                     optimizer.zero_grad(set_to_none=True)
+                    if averaged is not None and accelerator.sync_gradients:
+                        averaged.update(unwrapped, step=step + 1)  # one foreach lerp over the weights
                 values = torch.stack([output.loss.detach(), output.accuracy.detach(), torch.ones_like(sums[0])])
                 sums += torch.where(torch.isfinite(values[0]), values, 0)
             progress.update()
@@ -166,7 +189,7 @@ def train(
                 now = time.perf_counter()
                 metrics = {
                     "loss": loss,
-                    "mpp_accuracy": accuracy,
+                    accuracy_name: accuracy,
                     "lr": lr,
                     "grad_norm": grad_norm.item(),
                     "images_per_second": window_steps * plan.global_batch_size / (now - window_start),
@@ -174,12 +197,12 @@ def train(
                 }
                 # The x-axis counts images seen, so runs with different batch sizes line up.
                 images_seen = done * plan.global_batch_size
-                accelerator.log({f"train/{key}": value for key, value in metrics.items()}, step=images_seen)
+                accelerator.log({f"{log_prefix}train/{key}": value for key, value in metrics.items()}, step=images_seen)
                 progress.set_postfix(loss=f"{loss:.4f}", acc=f"{accuracy:.3f}")
                 logger.info(
-                    "step %d/%d  loss %.4f  mpp_accuracy %.4f  lr %.2e  grad_norm %.3f  %.1f images/s%s",
-                    done, cfg.steps, loss, accuracy, lr, metrics["grad_norm"], metrics["images_per_second"],
-                    guard.describe(metrics["skipped_steps"]),
+                    "%sstep %d/%d  loss %.4f  %s %.4f  lr %.2e  grad_norm %.3f  %.1f images/s%s",
+                    log_prefix, done, cfg.steps, loss, accuracy_name, accuracy, lr, metrics["grad_norm"],
+                    metrics["images_per_second"], guard.describe(metrics["skipped_steps"]),
                 )
                 guard.reset()
                 skipped_steps += metrics["skipped_steps"]
@@ -190,7 +213,7 @@ def train(
             if done % cfg.checkpoint_every == 0 or done == cfg.steps or signum:
                 guard.check(done, window_steps)  # never checkpoint after a step that must stop the run
                 saving = time.perf_counter()
-                path = save_checkpoint(accelerator, run_dir, done, config, cfg.keep_checkpoints)
+                path = save_checkpoint(accelerator, run_dir, done, config, cfg.keep_checkpoints, averaged)
                 logger.info("saved checkpoint %s", path)
                 if signum:
                     raise Preempted(signum, done, path)
@@ -204,7 +227,7 @@ def train(
     return {
         "step": cfg.steps,
         "loss": metrics.get("loss"),
-        "mpp_accuracy": metrics.get("mpp_accuracy"),
+        accuracy_name: metrics.get(accuracy_name),
         "images_per_second": timed_steps * plan.global_batch_size / elapsed if steps_run else None,
         "images_seen": cfg.steps * plan.global_batch_size,
         "num_processes": plan.num_processes,

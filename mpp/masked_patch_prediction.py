@@ -17,6 +17,7 @@ from torch import nn
 
 from mpp.config import ConfigError, MPPConfig
 from mpp.corruption import Corruption, corrupt_patch_embeddings, draw_corruption
+from mpp.encoder import InputNormalisation
 from mpp.targets import colour_targets, num_colour_classes, pixel_targets, quantise_colours
 
 
@@ -43,12 +44,8 @@ class MaskedPatchPredictor(nn.Module):
         std: Sequence[float],
     ) -> None:
         super().__init__()
-        in_chans = encoder.patch_embed.proj.in_channels
-        if not len(mean) == len(std) == in_chans:
-            raise ConfigError(
-                f"data.mean and data.std need one value per input channel (model.in_chans={in_chans}); "
-                f"got {len(mean)} and {len(std)}"
-            )
+        # The encoder sees normalised pixels; targets come from the raw ones, so normalising happens here.
+        self.normalise = InputNormalisation(mean, std, encoder.patch_embed.proj.in_channels)
         self.encoder = encoder
         self.cfg = cfg
         self.patch_size = encoder.patch_embed.patch_size[0]
@@ -65,9 +62,6 @@ class MaskedPatchPredictor(nn.Module):
         else:
             outputs = self.cells_per_side**2 * num_colour_classes(cfg.colour_bits)
         self.head = nn.Linear(dim, outputs)
-        # The encoder sees normalised pixels; targets come from the raw ones, so normalising happens here.
-        self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1), persistent=False)
-        self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1), persistent=False)
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
@@ -87,8 +81,7 @@ class MaskedPatchPredictor(nn.Module):
     def encode(self, images: torch.Tensor, corruption: Corruption) -> torch.Tensor:
         """(b c h w) raw images in [0, 1] -> (b n d) output tokens of the patches, corrupted as drawn."""
         encoder = self.encoder
-        images = images.expand(-1, self.mean.shape[1], -1, -1)  # grayscale into an RGB encoder
-        x = encoder.patch_embed((images - self.mean) / self.std)  # (b n d): before position embeddings
+        x = encoder.patch_embed(self.normalise(images))  # (b n d): before position embeddings
         x = corrupt_patch_embeddings(x, self.mask_embedding, corruption)
         # The rest of timm's VisionTransformer.forward_features, unchanged.
         x = encoder._pos_embed(x)

@@ -14,6 +14,8 @@ from typing import Any
 from accelerate import PartialState
 from accelerate.utils import broadcast_object_list
 
+from mpp.config import save_config
+
 RUNS_DIR = Path("runs")  # where a run goes when no output_dir is given
 
 
@@ -51,6 +53,16 @@ def claim_output_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
             shutil.rmtree(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
     state.wait_for_everyone()
+
+
+def start_run(accelerator: Any, config: Any, run_dir: Path) -> None:
+    """Claim ``run_dir`` (never silently overwritten), then write its config and open its log file and TensorBoard
+    events. Call once everything that can be wrong with the config has been checked."""
+    claim_output_dir(run_dir, resume=bool(config.resume), overwrite=config.overwrite)
+    log_to_file(run_dir)
+    if accelerator.is_main_process:
+        save_config(config, run_dir / "config.yaml")
+    accelerator.init_trackers(run_dir.name)
 
 
 def configure_logging() -> None:

@@ -16,27 +16,19 @@ from typing import Any
 # Python puts this script's folder first on sys.path, where this file, mpp.py, would shadow the `mpp` package.
 sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
 
-from accelerate import Accelerator
-from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, set_seed
-from timm.optim import create_optimizer_v2
+from accelerate.utils import set_seed
 
 from mpp.checkpoint import EXPORT_DIR, check_resume_compatible, export_encoder, load_checkpoint, resume_checkpoint
-from mpp.config import ConfigError, MPPRunConfig, parse_command_line, save_config
+from mpp.command_line import run_recipe
+from mpp.config import MPPRunConfig
 from mpp.data import build_dataset, build_loader, prepare_loader, sample_images
 from mpp.encoder import count_parameters, create_encoder
-from mpp.engine import describe_plan, local_processes, plan_batches, set_cpu_threads, train
+from mpp.engine import create_accelerator, describe_plan, local_processes, plan_batches, set_cpu_threads, train
 from mpp.masked_patch_prediction import MaskedPatchPredictor, most_frequent_class_accuracy
 from mpp.non_finite import NonFiniteStep
+from mpp.optimizer import create_optimizer
 from mpp.preemption import Preempted
-from mpp.run_directory import (
-    RunDirectoryError,
-    claim_output_dir,
-    configure_logging,
-    log_to_file,
-    resolve_output_dir,
-    runs_parent,
-    write_metrics,
-)
+from mpp.run_directory import configure_logging, resolve_output_dir, start_run, write_metrics
 
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "mpp_tiny_cpu.yaml"
 BASELINE_IMAGES = 2048  # sampled to measure the accuracy of always predicting the most frequent colour class
@@ -44,14 +36,7 @@ logger = logging.getLogger("mpp.recipes.mpp")
 
 
 def main(cfg: MPPRunConfig) -> dict[str, Any]:
-    accelerator = Accelerator(
-        mixed_precision=cfg.train.mixed_precision,
-        gradient_accumulation_plugin=GradientAccumulationPlugin(sync_with_dataloader=False),  # steps: below
-        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=cfg.seed),
-        log_with="tensorboard",
-        # TensorBoard writes to <project_dir>/<run name>: the run directory itself (see init_trackers below).
-        project_dir=str(runs_parent(cfg.output_dir)),
-    )
+    accelerator = create_accelerator(cfg.train, cfg.seed, cfg.output_dir)
     configure_logging()
     # Run directory and batch split: derived once, logged once.
     run_dir = resolve_output_dir(cfg.output_dir, prefix="mpp")
@@ -68,19 +53,12 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
                             num_processes=accelerator.num_processes)
     loader = build_loader(dataset, plan.micro_batch_size, cfg.data, train=True, device_type=accelerator.device.type,
                           local_processes=local_processes(accelerator))
-    optimizer = create_optimizer_v2(  # fused: one kernel, and it can skip a non-finite step on the device
-        model, opt="adamw", lr=cfg.train.lr, weight_decay=cfg.train.weight_decay, betas=cfg.train.betas, fused=True
-    )
+    optimizer = create_optimizer(model, cfg.train)
     checkpoint = resume_checkpoint(cfg.resume, run_dir)
     if checkpoint is not None:
         check_resume_compatible(checkpoint, cfg)
 
-    # The run directory: claimed (never silently overwritten), then written.
-    claim_output_dir(run_dir, resume=bool(cfg.resume), overwrite=cfg.overwrite)
-    log_to_file(run_dir)
-    if accelerator.is_main_process:
-        save_config(cfg, run_dir / "config.yaml")
-    accelerator.init_trackers(run_dir.name)
+    start_run(accelerator, cfg, run_dir)
     logger.info("run directory %s; %s on %s, %d threads per process", run_dir, cfg.model.name, accelerator.device,
                 threads)
     logger.info("plan: %s", describe_plan(plan, cfg.train))
@@ -118,10 +96,4 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    try:
-        main(parse_command_line(MPPRunConfig, sys.argv[1:], DEFAULT_PRESET, description=__doc__))
-    except (ConfigError, RunDirectoryError, NonFiniteStep) as error:
-        sys.exit(f"error: {error}")
-    except Preempted as stop:
-        print(stop, file=sys.stderr)
-        sys.exit(128 + stop.signum)  # the shell's code for "ended by this signal", so schedulers see why
+    run_recipe(main, MPPRunConfig, DEFAULT_PRESET, description=__doc__)

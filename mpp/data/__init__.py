@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 from mpp.config import DataConfig
 from mpp.data.cifar import cifar_source
 from mpp.data.fashion_mnist import fashion_mnist_source
-from mpp.data.hugging_face import HuggingFaceSource, image_and_label_columns, load_split, undecoded
+from mpp.data.hugging_face import HuggingFaceSource, class_names, image_and_label_columns, load_split, undecoded
 from mpp.data.image_dataset import ImageDataset, StreamingImageDataset, keep_batch
 from mpp.data.image_folder import ImageFolderSource
 from mpp.data.shapes import ShapesSource
@@ -107,7 +107,7 @@ def build_stream(
     stream = split_dataset_by_node(stream, rank=process_index, world_size=num_processes)
     return StreamingImageDataset(stream, image_column, label_column, view, channels, seed,
                                  cfg.shuffle_buffer if view.augment else 0, cfg.max_bad_fraction,
-                                 f"hf:{name} stream ({split})")
+                                 f"hf:{name} stream ({split})", len(class_names(stream.features, label_column, None)))
 
 
 def sample_images(dataset: Dataset, count: int, seed: int, batch_size: int = 256) -> Iterator[torch.Tensor]:

@@ -68,6 +68,15 @@ class ImageDataset(Dataset):
     def labels(self) -> torch.Tensor:
         return self.source.labels[self.indices]
 
+    @property
+    def num_classes(self) -> int:
+        return self.source.num_classes
+
+    def subset(self, positions: torch.Tensor, view: Optional[ImageView] = None) -> ImageDataset:
+        """The images at ``positions`` of this dataset, through ``view`` (default: this dataset's)."""
+        return ImageDataset(self.source, view or self.view, self.channels, self.indices[positions], self.seed,
+                            self.max_bad_fraction)
+
     def set_epoch(self, epoch: int) -> None:
         """Views are drawn from (seed, epoch, indices): each epoch augments afresh, reproducibly."""
         self.epoch = epoch
@@ -130,8 +139,10 @@ class StreamingImageDataset(IterableDataset):
         shuffle_buffer: int,
         max_bad_fraction: float,
         description: str,
+        num_classes: int = 0,
     ):
         self.stream, self.image_column, self.label_column = stream, image_column, label_column
+        self.num_classes = num_classes  # 0: unlabelled, or labels without a ClassLabel feature
         self.view, self.channels, self.seed, self.epoch = view, channels, seed, 0
         self.shuffle_buffer, self.max_bad_fraction = shuffle_buffer, max_bad_fraction
         self.description = f"{description}; {view.description}"

@@ -13,7 +13,7 @@ def holdout_split(size: int, fraction: float, seed: int) -> tuple[torch.Tensor, 
     order = torch.randperm(size, generator=torch.Generator().manual_seed(seed))
     held_out = round(size * fraction)
     if fraction > 0 and not 0 < held_out < size:
-        raise DataError(f"data.holdout_fraction={fraction} of {size} images leaves one side empty; choose a fraction "
+        raise DataError(f"holding out {fraction} of {size} images leaves one side empty; choose a fraction "
                         f"between {1 / size:.2g} and {1 - 1 / size:.4g}")
     return order[held_out:].sort().values, order[:held_out].sort().values
 

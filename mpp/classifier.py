@@ -1,0 +1,74 @@
+"""An image classifier on the encoder: supervised pre-training and fine-tuning both train this (paper Sec. 3.1-3.2).
+
+The encoder is timm's ViT without a head; the head here reads the [class] token's output or the mean of the patch
+tokens (App. D.3), through one tanh hidden layer (the pre-training head) or a single linear layer (fine-tuning).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+import torch
+import torch.nn.functional as F
+from timm.models.vision_transformer import VisionTransformer
+from torch import nn
+
+from mpp.config import ClassifierConfig, ConfigError
+from mpp.encoder import InputNormalisation
+
+
+def pooled_features(tokens: torch.Tensor, pool: Literal["token", "avg"], prefix_tokens: int = 1) -> torch.Tensor:
+    """(b 1+n d) encoder output after the final norm -> (b d): the [class] token's, or the patch tokens' mean."""
+    return tokens[:, 0] if pool == "token" else tokens[:, prefix_tokens:].mean(dim=1)
+
+
+def classification_head(dim: int, num_classes: int, kind: Literal["mlp", "linear"]) -> nn.Module:
+    """The head; its output layer starts at zero, so the first logits are exactly zero (Sec. 3.2)."""
+    output = nn.Linear(dim, num_classes)
+    nn.init.zeros_(output.weight)
+    nn.init.zeros_(output.bias)
+    if kind == "linear":
+        return output
+    return nn.Sequential(nn.Linear(dim, dim), nn.Tanh(), output)
+
+
+@dataclass
+class ClassifierOutput:
+    loss: torch.Tensor  # scalar
+    accuracy: torch.Tensor  # scalar: top-1 over the batch
+    logits: torch.Tensor  # (b classes)
+
+
+class ImageClassifier(nn.Module):
+    def __init__(
+        self,
+        encoder: VisionTransformer,
+        num_classes: int,
+        cfg: ClassifierConfig,
+        mean: Sequence[float],
+        std: Sequence[float],
+    ) -> None:
+        super().__init__()
+        if num_classes < 2:
+            raise ConfigError(f"a classifier needs labelled data with at least 2 classes; the data declares "
+                              f"{num_classes} (unlabelled, or a streamed label column that is not a ClassLabel)")
+        self.normalise = InputNormalisation(mean, std, encoder.patch_embed.proj.in_channels)
+        self.encoder, self.cfg = encoder, cfg
+        self.head = classification_head(encoder.embed_dim, num_classes, cfg.head)
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> set[str]:
+        return {f"encoder.{name}" for name in self.encoder.no_weight_decay()}
+
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        """(b c h w) raw images in [0, 1] -> (b d) pooled representation."""
+        tokens = self.encoder.forward_features(self.normalise(images))
+        return pooled_features(tokens, self.cfg.pool, self.encoder.num_prefix_tokens)
+
+    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> ClassifierOutput:
+        """(b c h w) raw images in [0, 1], (b) class indices."""
+        logits = self.head(self.features(images))
+        loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.cfg.label_smoothing)
+        accuracy = (logits.argmax(dim=-1) == labels).float().mean()
+        return ClassifierOutput(loss=loss, accuracy=accuracy, logits=logits)

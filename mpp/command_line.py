@@ -1,0 +1,24 @@
+"""What every entry point does with its command line: build the config, run, and turn the failures a user can act
+on into a one-line message and an exit status."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from mpp.config import ConfigError, parse_command_line
+from mpp.non_finite import NonFiniteStep
+from mpp.preemption import Preempted
+from mpp.run_directory import RunDirectoryError
+
+
+def run_recipe(main: Callable[[Any], Any], config_class: type, default_preset: Path, description: str) -> None:
+    """``main(config)`` from ``sys.argv``: ``[--config FILE] [--resume] [key=value ...]``."""
+    try:
+        main(parse_command_line(config_class, sys.argv[1:], default_preset, description=description))
+    except (ConfigError, RunDirectoryError, NonFiniteStep) as error:
+        sys.exit(f"error: {error}")
+    except Preempted as stop:
+        print(stop, file=sys.stderr)
+        sys.exit(128 + stop.signum)  # the shell's code for "ended by this signal", so schedulers see why

@@ -1,0 +1,151 @@
+"""Starting weights for fine-tuning (Sec. 3.2): an encoder from a run, an export, a timm folder or a checkpoint file,
+fitted to the fine-tuning model.
+
+The pre-training head is dropped. Position embeddings are the one shape allowed to differ: fine-tuning at a higher
+resolution with the same patch size gives a larger patch grid, and the pre-trained embeddings are 2-D interpolated to
+it by their location in the image, the [class] token's kept as it is. Any other difference (patch size, width,
+depth) is refused with the shapes that differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+from timm.layers import resample_abs_pos_embed
+from timm.models import load_state_dict
+from timm.models.vision_transformer import VisionTransformer
+
+from mpp.checkpoint import CHECKPOINTS_DIR, EXPORT_DIR
+from mpp.config import ConfigError, ModelConfig
+from mpp.encoder import create_encoder
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # in a timm folder, in the order timm looks
+HEAD_PREFIXES = ("head.", "head_drop.", "fc_norm.", "pre_logits.")  # a classifier's, never the encoder's (ours)
+SIZE_FIELDS = ("patch_size", "embed_dim", "depth", "num_heads")
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PretrainedEncoder:
+    state_dict: dict[str, torch.Tensor]
+    location: str  # for messages: the folder or file read
+    architecture: Optional[str] = None  # a timm folder's architecture and its model_args; None for a bare file
+    model_args: dict = dataclasses.field(default_factory=dict)
+    mean: Optional[tuple[float, ...]] = None  # the normalisation it was trained with, where recorded
+    std: Optional[tuple[float, ...]] = None
+
+
+def read_pretrained(init: str) -> PretrainedEncoder:
+    """``init``: a run directory (its export/), an export or timm folder (``local-dir:`` optional), or a checkpoint
+    file (timm's ``load_state_dict``: safetensors or torch, a training checkpoint's ``state_dict`` inside)."""
+    path = Path(init.removeprefix("local-dir:"))
+    if not path.exists():
+        raise ConfigError(f"init={init} does not exist; pass a run directory, its {EXPORT_DIR}/ folder, "
+                          "local-dir:<timm folder> or a checkpoint file")
+    if path.is_file():
+        state = load_state_dict(str(path))
+        if any(name.startswith("encoder.") for name in state):  # a checkpoint of this package's model
+            state = {name.removeprefix("encoder."): value for name, value in state.items()
+                     if name.startswith("encoder.")}
+        return PretrainedEncoder(state, str(path))
+    folder = path / EXPORT_DIR if (path / EXPORT_DIR / "config.json").is_file() else path
+    weights = [folder / name for name in WEIGHT_FILES if (folder / name).is_file()]
+    if not (folder / "config.json").is_file() or not weights:
+        unfinished = (path / CHECKPOINTS_DIR).is_dir()
+        raise ConfigError(
+            f"init={init} holds no {EXPORT_DIR}/ folder and no timm config.json with {' or '.join(WEIGHT_FILES)}"
+            + ("; the run has not finished: resume it, or pass init=<its checkpoint>/model.safetensors"
+               if unfinished else "")
+        )
+    config = json.loads((folder / "config.json").read_text())
+    pretrained_cfg = config.get("pretrained_cfg", {})
+    mean, std = pretrained_cfg.get("mean"), pretrained_cfg.get("std")
+    return PretrainedEncoder(load_state_dict(str(weights[0])), str(folder), config["architecture"],
+                             config.get("model_args", {}), tuple(mean) if mean else None, tuple(std) if std else None)
+
+
+def fine_tuning_model_config(cfg: ModelConfig, pretrained: Optional[PretrainedEncoder]) -> ModelConfig:
+    """The encoder to fine-tune: a folder's architecture (``cfg`` otherwise), at ``cfg.img_size`` when set, with
+    ``cfg``'s regularisation."""
+    if pretrained is None or pretrained.architecture is None:
+        return cfg
+    args = pretrained.model_args
+    conflicts = [f"model.{name}={getattr(cfg, name)} (the encoder has {args.get(name)})" for name in SIZE_FIELDS
+                 if getattr(cfg, name) is not None and args.get(name) is not None and getattr(cfg, name) != args[name]]
+    if conflicts:
+        raise ConfigError(f"{', '.join(conflicts)}: init={pretrained.location} fixes the architecture; drop these "
+                          "settings (model.img_size alone may change)")
+    img_size = args.get("img_size")
+    return dataclasses.replace(
+        cfg,
+        name=pretrained.architecture,
+        img_size=cfg.img_size or (img_size[0] if isinstance(img_size, (list, tuple)) else img_size),
+        in_chans=args.get("in_chans", 3),
+        **{name: args.get(name) for name in SIZE_FIELDS},
+    )
+
+
+def fine_tuning_encoder(cfg: ModelConfig, pretrained: Optional[PretrainedEncoder]) -> VisionTransformer:
+    """The encoder ``cfg`` describes (``fine_tuning_model_config``), holding the pre-trained weights if any."""
+    encoder = create_encoder(cfg)
+    if pretrained is not None:
+        load_encoder_weights(encoder, pretrained)
+    return encoder
+
+
+def resample_position_embeddings(pos_embed: torch.Tensor, grid: tuple[int, int], prefix_tokens: int = 1
+                                 ) -> torch.Tensor:
+    """(1 p+n d) embeddings of a square grid of n patches -> (1 p+g0*g1 d) for ``grid``: the patch embeddings as a
+    2-D image, resampled (timm's bicubic resampling); the p prefix ([class]) embeddings unchanged."""
+    side = math.isqrt(pos_embed.shape[1] - prefix_tokens)
+    if side * side != pos_embed.shape[1] - prefix_tokens:
+        raise ConfigError(f"position embeddings of {pos_embed.shape[1] - prefix_tokens} patches are not a square "
+                          "grid; cannot interpolate them")
+    if (side, side) == tuple(grid):
+        return pos_embed
+    return resample_abs_pos_embed(pos_embed, new_size=list(grid), old_size=[side, side],
+                                  num_prefix_tokens=prefix_tokens)
+
+
+def load_encoder_weights(encoder: VisionTransformer, pretrained: PretrainedEncoder) -> list[str]:
+    """Copy ``pretrained`` into ``encoder``; returns the names of the head weights dropped. Raises ConfigError,
+    naming every tensor whose shape differs, when the weights do not fit."""
+    own = encoder.state_dict()
+    state = {name: value for name, value in pretrained.state_dict.items() if not name.startswith(HEAD_PREFIXES)}
+    dropped = sorted(set(pretrained.state_dict) - set(state))
+    pos_embed = state.get("pos_embed")
+    if pos_embed is not None and pos_embed.shape != own["pos_embed"].shape and pos_embed.shape[-1] == encoder.embed_dim:
+        state["pos_embed"] = resample_position_embeddings(pos_embed, encoder.patch_embed.grid_size,
+                                                          encoder.num_prefix_tokens)
+    problems = [f"{name}: {tuple(state[name].shape)} in init, {tuple(value.shape)} in the model"
+                for name, value in own.items() if name in state and state[name].shape != value.shape]
+    problems += [f"{name}: missing from init" for name in own if name not in state]
+    problems += [f"{name}: in init, not in the model" for name in state if name not in own]
+    if problems:
+        shown = problems[:12] + ([f"... {len(problems) - 12} more"] if len(problems) > 12 else [])
+        raise ConfigError(
+            f"the weights in {pretrained.location} do not fit the model:\n  " + "\n  ".join(shown)
+            + "\nset model.name / model.patch_size / model.embed_dim / model.depth / model.num_heads / model.in_chans "
+            "to the pre-trained encoder's, or choose another init"
+        )
+    encoder.load_state_dict(state)
+    return dropped
+
+
+def input_normalisation(pretrained: Optional[PretrainedEncoder], mean: tuple[float, ...], std: tuple[float, ...]
+                        ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The encoder's input normalisation: the one it was pre-trained with where recorded (its pretrained_cfg),
+    else ``mean`` / ``std`` (data.mean / data.std)."""
+    if pretrained is None or pretrained.mean is None or pretrained.std is None:
+        return mean, std
+    if (pretrained.mean, pretrained.std) != (tuple(mean), tuple(std)):
+        logger.warning("normalising with the pre-trained encoder's mean %s and std %s (data.mean / data.std: %s, %s)",
+                       pretrained.mean, pretrained.std, mean, std)
+    return pretrained.mean, pretrained.std

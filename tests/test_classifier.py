@@ -1,0 +1,95 @@
+"""The classifier both supervised pre-training and fine-tuning train: its head, pooling, regularisation, optimizer
+and top-1 evaluation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from accelerate import Accelerator
+from torch.utils.data import DataLoader
+
+from mpp.classifier import ImageClassifier, pooled_features
+from mpp.config import ClassifierConfig, ConfigError, TrainConfig
+from mpp.encoder import create_encoder
+from mpp.evaluation import top1_accuracy
+from mpp.non_finite import NonFiniteGuard
+from mpp.optimizer import create_optimizer
+
+
+@pytest.mark.parametrize("head", ["mlp", "linear"])
+@pytest.mark.parametrize("pool", ["token", "avg"])
+def test_the_new_heads_logits_are_exactly_zero_at_step_0(tiny_model_config, head, pool):
+    model = ImageClassifier(create_encoder(tiny_model_config), 7, ClassifierConfig(head=head, pool=pool),
+                            (0.5,) * 3, (0.5,) * 3)
+    output = model(torch.rand(4, 3, 16, 16), torch.tensor([0, 1, 2, 6]))
+    assert output.logits.shape == (4, 7) and torch.equal(output.logits, torch.zeros(4, 7))
+    assert torch.isclose(output.loss, torch.log(torch.tensor(7.0)))  # uniform over the classes
+    output.loss.backward()
+    head_grads = [parameter.grad for parameter in model.head.parameters()]
+    assert head_grads[-1].abs().sum() > 0  # and the head learns from the first step
+
+
+def test_pooling_reads_the_class_token_or_averages_the_patch_tokens():
+    tokens = torch.arange(2 * 5 * 3, dtype=torch.float).reshape(2, 5, 3)  # (b 1+n d), n = 4
+    assert torch.equal(pooled_features(tokens, "token"), tokens[:, 0])
+    assert torch.equal(pooled_features(tokens, "avg"), tokens[:, 1:].mean(dim=1))
+
+
+def test_dropout_sits_after_the_position_embeddings_and_the_dense_layers_but_not_qkv(tiny_model_config):
+    tiny_model_config.dropout = 0.1
+    encoder = create_encoder(tiny_model_config)
+    block = encoder.blocks[0]
+    assert encoder.pos_drop.p == 0.1
+    assert block.attn.proj_drop.p == 0.1 and block.mlp.drop1.p == 0.1 and block.mlp.drop2.p == 0.1
+    assert block.attn.attn_drop.p == 0.0  # attention weights themselves: not in the paper's list
+
+
+def test_a_classifier_needs_labels_and_one_normalisation_value_per_channel(tiny_model_config):
+    encoder = create_encoder(tiny_model_config)
+    with pytest.raises(ConfigError, match="at least 2 classes"):
+        ImageClassifier(encoder, 0, ClassifierConfig(), (0.5,) * 3, (0.5,) * 3)
+    with pytest.raises(ConfigError, match="one value per input channel"):
+        ImageClassifier(encoder, 3, ClassifierConfig(), (0.5,), (0.5,))
+
+
+def test_sgd_is_plain_momentum_and_skips_a_non_finite_step_on_the_device():
+    layer = torch.nn.Linear(3, 2)
+    optimizer = create_optimizer(layer, TrainConfig(optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0))
+    assert optimizer.defaults["momentum"] == 0.9 and not optimizer.defaults["nesterov"]
+    guard = NonFiniteGuard(optimizer, torch.device("cpu"), stop=False, scaler_skips=False)
+    before = layer.weight.detach().clone()
+    (layer(torch.ones(1, 3)).sum() * float("nan")).backward()
+    guard.observe_loss(torch.tensor(float("nan")))
+    guard.judge_step(1, torch.tensor(float("nan")))
+    optimizer.step()
+    assert torch.equal(layer.weight, before)
+    assert guard.check(1, window_steps=2) == 1
+
+
+class FixedLogits(torch.nn.Module):
+    """Predicts class (image value) for each image: the image tensor holds the predicted class."""
+
+    def forward(self, images, labels):
+        return type("Output", (), {"logits": torch.nn.functional.one_hot(images.long(), 3).float()})
+
+
+def test_top1_accuracy_counts_every_image_once():
+    accelerator = Accelerator(cpu=True)
+    predicted = torch.tensor([0, 1, 2, 2, 1, 0, 0])
+    labels = torch.tensor([0, 1, 1, 2, 0, 0, 2])  # 4 of 7 right
+    loader = accelerator.prepare(DataLoader(list(zip(predicted, labels)), batch_size=3))  # last batch uneven
+    assert top1_accuracy(accelerator, FixedLogits(), loader) == pytest.approx(4 / 7)
+
+
+def test_supervised_and_fine_tuning_defaults_are_the_papers(tmp_path):
+    from mpp.config import FinetuneRunConfig, SupervisedRunConfig, build_config
+
+    preset = tmp_path / "preset.yaml"
+    preset.write_text("train:\n  steps: 10\n")  # a preset changes only what it lists
+    supervised = build_config(SupervisedRunConfig, preset)
+    assert (supervised.train.optimizer, supervised.train.weight_decay, supervised.train.steps) == ("adamw", 0.1, 10)
+    assert supervised.classifier.head == "mlp" and supervised.train.grad_clip_norm == 1.0
+    finetune = build_config(FinetuneRunConfig, preset, ["train.lr=0.01"])
+    assert (finetune.train.optimizer, finetune.train.momentum, finetune.train.weight_decay) == ("sgd", 0.9, 0.0)
+    assert (finetune.train.steps, finetune.train.lr, finetune.train.global_batch_size) == (10, 0.01, 512)
+    assert finetune.classifier.head == "linear" and finetune.train.decay == "cosine"

@@ -1,0 +1,104 @@
+"""Starting weights for fine-tuning: read from every kind of init, fitted to the model, or refused clearly."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from mpp.checkpoint import export_encoder
+from mpp.config import ConfigError
+from mpp.encoder import create_encoder
+from mpp.pretrained import (
+    fine_tuning_encoder,
+    fine_tuning_model_config,
+    input_normalisation,
+    load_encoder_weights,
+    read_pretrained,
+    resample_position_embeddings,
+)
+
+
+def test_position_embeddings_are_unchanged_when_the_grid_is_the_same():
+    pos_embed = torch.randn(1, 1 + 16, 8)
+    assert torch.equal(resample_position_embeddings(pos_embed, (4, 4)), pos_embed)
+
+
+def test_position_embeddings_are_interpolated_in_2d_keeping_the_class_token():
+    rows = torch.linspace(-1, 1, 4).view(4, 1, 1).expand(4, 4, 8)  # each embedding depends on its row only
+    columns = torch.linspace(-1, 1, 4).view(1, 4, 1).expand(4, 4, 8)  # ... on its column only
+    for grid in (rows, columns):
+        pos_embed = torch.cat([torch.full((1, 1, 8), 7.0), grid.reshape(1, 16, 8)], dim=1)
+        resampled = resample_position_embeddings(pos_embed, (6, 6))
+        assert resampled.shape == (1, 1 + 36, 8)
+        assert torch.equal(resampled[:, 0], pos_embed[:, 0])  # the [class] token's embedding, as it was
+        patches = resampled[0, 1:].reshape(6, 6, 8)
+        # Interpolated by location in the image: a row pattern stays a row pattern, a column pattern a column one.
+        varies_along = 0 if grid is rows else 1
+        assert torch.allclose(patches, patches.select(1 - varies_along, 0).unsqueeze(1 - varies_along), atol=1e-6)
+        profile = patches.select(1 - varies_along, 0)[:, 0]
+        assert (profile.diff() > 0).all()  # still running from one edge to the other
+
+
+def test_an_export_fits_a_higher_resolution_model_with_every_other_tensor_unchanged(tiny_model_config, tmp_path):
+    pretrained_encoder = create_encoder(tiny_model_config)
+    export_encoder(pretrained_encoder, tmp_path / "export", (0.4,) * 3, (0.2,) * 3, tag="mpp")
+    pretrained = read_pretrained(str(tmp_path))  # the run directory: its export/ is found
+    assert pretrained.architecture == tiny_model_config.name and pretrained.mean == (0.4,) * 3
+    higher = dataclasses.replace(tiny_model_config, name="vit_base_patch16_224", img_size=24, patch_size=None,
+                                 embed_dim=None, depth=None, num_heads=None)
+    model_cfg = fine_tuning_model_config(higher, pretrained)  # the architecture is the export's, at 24 px
+    assert (model_cfg.name, model_cfg.img_size, model_cfg.patch_size, model_cfg.embed_dim, model_cfg.depth) == (
+        tiny_model_config.name, 24, 4, 32, 2)
+    encoder = fine_tuning_encoder(model_cfg, pretrained)
+    assert encoder.pos_embed.shape == (1, 1 + 36, 32)
+    source = pretrained_encoder.state_dict()
+    for name, value in encoder.state_dict().items():
+        if name != "pos_embed":
+            assert torch.equal(value, source[name]), name
+    assert torch.equal(encoder.pos_embed[:, 0], source["pos_embed"][:, 0])
+
+
+def test_a_checkpoint_file_of_the_package_loads_and_a_classifier_head_is_dropped(tiny_model_config, tmp_path):
+    encoder = create_encoder(tiny_model_config)
+    state = {f"encoder.{name}": value for name, value in encoder.state_dict().items()}
+    state |= {"encoder.head.weight": torch.zeros(5, 32), "mask_embedding": torch.zeros(32)}
+    save_file(state, tmp_path / "model.safetensors")
+    pretrained = read_pretrained(str(tmp_path / "model.safetensors"))
+    assert pretrained.architecture is None  # a bare file: the model comes from the config
+    fresh = create_encoder(tiny_model_config)
+    assert load_encoder_weights(fresh, pretrained) == ["head.weight"]
+    assert all(torch.equal(value, encoder.state_dict()[name]) for name, value in fresh.state_dict().items())
+
+
+def test_weights_that_do_not_fit_are_refused_with_the_shapes_that_differ(tiny_model_config, tmp_path):
+    save_file(create_encoder(tiny_model_config).state_dict(), tmp_path / "model.safetensors")
+    pretrained = read_pretrained(str(tmp_path / "model.safetensors"))
+    other_patch = dataclasses.replace(tiny_model_config, patch_size=8)
+    with pytest.raises(ConfigError, match=r"patch_embed\.proj\.weight: \(32, 3, 4, 4\) in init, \(32, 3, 8, 8\) in"):
+        fine_tuning_encoder(other_patch, pretrained)
+    deeper = dataclasses.replace(tiny_model_config, depth=3)
+    with pytest.raises(ConfigError, match=r"blocks\.2\.norm1\.weight: missing from init"):
+        fine_tuning_encoder(deeper, pretrained)
+    wider = dataclasses.replace(tiny_model_config, embed_dim=48, num_heads=3)
+    with pytest.raises(ConfigError, match=r"cls_token: \(1, 1, 32\) in init, \(1, 1, 48\) in the model"):
+        fine_tuning_encoder(wider, pretrained)
+
+
+def test_a_folder_fixes_the_architecture_and_its_normalisation(tiny_model_config, tmp_path):
+    export_encoder(create_encoder(tiny_model_config), tmp_path / "export", (0.4,) * 3, (0.2,) * 3, tag="mpp")
+    pretrained = read_pretrained(f"local-dir:{tmp_path / 'export'}")
+    with pytest.raises(ConfigError, match="model.depth=3 \\(the encoder has 2\\).*fixes the architecture"):
+        fine_tuning_model_config(dataclasses.replace(tiny_model_config, depth=3), pretrained)
+    assert input_normalisation(pretrained, (0.5,) * 3, (0.5,) * 3) == ((0.4,) * 3, (0.2,) * 3)
+    assert input_normalisation(None, (0.5,) * 3, (0.5,) * 3) == ((0.5,) * 3, (0.5,) * 3)
+
+
+def test_an_init_that_is_not_there_or_not_finished_says_what_to_pass(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist; pass a run directory"):
+        read_pretrained(str(tmp_path / "nowhere"))
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="has not finished: resume it, or pass init=<its checkpoint>/model"):
+        read_pretrained(str(tmp_path / "run"))

@@ -1,0 +1,134 @@
+"""recipes/supervised.py and recipes/finetune.py end to end, through ``accelerate launch`` on the CPU: every starting
+point (an MPP run, a supervised run, none) goes through the same fine-tuning code."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from safetensors.torch import load_file
+
+from tests.launching import ROOT, TINY, launch
+
+SUPERVISED = ROOT / "recipes" / "supervised.py"
+FINETUNE = ROOT / "recipes" / "finetune.py"
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> list[str]:
+    """A two-class image folder (dark and bright 16x16 noise), 16 training and 6 test images per class, as the
+    data overrides of a classifier run."""
+    root = tmp_path_factory.mktemp("folders")
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 16), ("test", 6)):
+        for name, level in (("bright", 0.7), ("dark", 0.3)):
+            (root / split / name).mkdir(parents=True)
+            for i in range(count):
+                pixels = np.clip(level + 0.15 * rng.standard_normal((16, 16, 3)), 0, 1)
+                Image.fromarray((pixels * 255).astype(np.uint8)).save(root / split / name / f"{i}.png")
+    return [f"data.source=folder:{root / 'train'}", f"data.eval_folder={root / 'test'}", "data.shots_per_class=0"]
+
+
+@pytest.fixture(scope="module")
+def mpp_run(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("mpp") / "run"
+    launch(f"output_dir={run_dir}", *TINY)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def supervised_run(tmp_path_factory, folders) -> Path:
+    run_dir = tmp_path_factory.mktemp("supervised") / "run"
+    launch(f"output_dir={run_dir}", *TINY, *folders, script=SUPERVISED)
+    return run_dir
+
+
+def test_supervised_pre_training_writes_the_run_directory_mpp_does(supervised_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    metrics = json.loads((supervised_run / "metrics.json").read_text())
+    assert metrics["step"] == 6 and 0 <= metrics["test_accuracy"] <= 1 and 0 < metrics["loss"] < 10
+    assert (supervised_run / "export" / "model.safetensors").is_file()
+    assert [p.name for p in sorted((supervised_run / "checkpoints").iterdir())] == ["step_00000003", "step_00000006"]
+    tags = set(EventAccumulator(str(supervised_run)).Reload().Tags()["scalars"])
+    assert {"train/loss", "train/train_accuracy", "train/lr", "eval/test_accuracy"} <= tags
+    # The pre-training head (tanh hidden layer) is trained, then left out of the export: fine-tuning replaces it.
+    trained = load_file(supervised_run / "checkpoints" / "step_00000006" / "model.safetensors")
+    assert {"head.0.weight", "head.2.weight"} <= trained.keys()
+    assert not any(name.startswith("head") for name in load_file(supervised_run / "export" / "model.safetensors"))
+
+
+def test_fine_tuning_an_mpp_run_at_a_higher_resolution(mpp_run, folders, tmp_path):
+    run_dir = tmp_path / "finetune"
+    result = launch(f"output_dir={run_dir}", f"init={mpp_run}", *TINY, *folders, "model.img_size=24",
+                    script=FINETUNE)
+    assert "36 patches of 4 px at 24 px" in result.stderr  # 6x6 patches where pre-training had 4x4
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["step"] == 6 and 0 <= metrics["test_accuracy"] <= 1 and metrics["init"] == str(mpp_run)
+    trained = load_file(run_dir / "checkpoints" / "step_00000006" / "model.safetensors")
+    assert trained["encoder.pos_embed"].shape == (1, 1 + 36, 32) and trained["head.weight"].shape == (2, 32)
+
+
+def test_the_fine_tuning_model_starts_from_every_encoder_tensor_of_the_mpp_run(mpp_run):
+    from mpp.classifier import ImageClassifier
+    from mpp.config import FinetuneRunConfig
+    from mpp.pretrained import fine_tuning_encoder, fine_tuning_model_config, read_pretrained
+
+    pretrained = read_pretrained(str(mpp_run))
+    cfg = FinetuneRunConfig()
+    model = ImageClassifier(fine_tuning_encoder(fine_tuning_model_config(cfg.model, pretrained), pretrained), 5,
+                            cfg.classifier, (0.5,) * 3, (0.5,) * 3)
+    trained = load_file(mpp_run / "checkpoints" / "step_00000006" / "model.safetensors")  # the MPP model's own
+    encoder_tensors = {name.removeprefix("encoder."): value for name, value in trained.items()
+                       if name.startswith("encoder.")}
+    assert encoder_tensors.keys() == model.encoder.state_dict().keys()
+    assert all(torch.equal(value, encoder_tensors[name]) for name, value in model.encoder.state_dict().items())
+
+
+def test_a_sweep_picks_the_best_held_out_learning_rate_then_trains_on_everything(supervised_run, folders, tmp_path):
+    run_dir = tmp_path / "sweep"
+    launch(f"output_dir={run_dir}", f"init={supervised_run / 'export'}", *TINY, *folders,
+           "finetune.sweep_lrs=[0.001,0.1]", "finetune.sweep_holdout_fraction=0.25", "finetune.ema_decay=0.5",
+           script=FINETUNE)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    sweep = metrics["sweep_holdout_accuracy"]
+    assert set(sweep) == {"0.001", "0.1"} and metrics["chosen_lr"] == float(max(sweep, key=sweep.get))
+    assert {"test_accuracy", "test_accuracy_averaged"} <= metrics.keys()
+    for lr in sweep:
+        point = json.loads((run_dir / "sweep" / f"lr_{lr}" / "metrics.json").read_text())
+        assert point["holdout_accuracy_averaged"] == sweep[lr] and point["lr"] == float(lr)
+    assert metrics["lr"] == metrics["chosen_lr"]
+
+
+def test_a_resumed_fine_tuning_run_ends_with_the_uninterrupted_weights_and_average(folders, tmp_path):
+    straight = tmp_path / "straight"
+    args = [*TINY, *folders, "finetune.ema_decay=0.5"]
+    launch(f"output_dir={straight}", *args, script=FINETUNE)  # from scratch: the baseline
+    interrupted = tmp_path / "interrupted"
+    shutil.copytree(straight, interrupted)  # as if stopped right after the step-3 checkpoint
+    shutil.rmtree(interrupted / "checkpoints" / "step_00000006")
+    (interrupted / "metrics.json").unlink()
+    result = launch(f"output_dir={interrupted}", *args, "--resume", script=FINETUNE)
+    assert "at step 3" in result.stderr
+    for name in ("model.safetensors", "averaged_model.safetensors"):
+        expected = load_file(straight / "checkpoints" / "step_00000006" / name)
+        resumed = load_file(interrupted / "checkpoints" / "step_00000006" / name)
+        assert expected.keys() == resumed.keys()
+        assert all(torch.equal(expected[key], resumed[key]) for key in expected), name
+    assert json.loads((interrupted / "metrics.json").read_text())["test_accuracy"] == json.loads(
+        (straight / "metrics.json").read_text())["test_accuracy"]
+
+
+def test_weights_that_do_not_fit_stop_the_run_before_it_writes_anything(mpp_run, folders, tmp_path):
+    checkpoint_file = mpp_run / "checkpoints" / "step_00000006" / "model.safetensors"
+    result = launch(f"output_dir={tmp_path / 'run'}", f"init={checkpoint_file}", *TINY, *folders,
+                    "model.patch_size=8", script=FINETUNE, check=False)
+    assert result.returncode != 0
+    assert "do not fit the model" in result.stderr
+    assert "patch_embed.proj.weight: (32, 3, 4, 4) in init, (32, 3, 8, 8) in the model" in result.stderr
+    assert not (tmp_path / "run").exists()
