@@ -96,15 +96,18 @@ def resume_checkpoint(resume: str, run_dir: Path) -> Optional[Path]:
 
 
 def check_resume_compatible(checkpoint: Path, config: Any, sections: Sequence[str] = RESUME_MUST_MATCH) -> None:
-    """Refuse to resume a checkpoint whose model or objective differs from the current config."""
+    """Refuse to resume a checkpoint whose model or objective differs from the current config: each of ``sections``
+    (a config section, or a top-level key such as ``init``) must be as it was."""
     saved = yaml.safe_load((checkpoint / "config.yaml").read_text())
     current = config_to_dict(config)
-    changed = [
-        f"{section}.{key}: {saved[section].get(key)!r} in the checkpoint, {value!r} now"
-        for section in sections
-        for key, value in current[section].items()
-        if saved.get(section, {}).get(key) != value
-    ]
+    changed = []
+    for section in sections:
+        now, then = current[section], saved.get(section)
+        if isinstance(now, dict):
+            pairs = [(f"{section}.{key}", value, (then or {}).get(key)) for key, value in now.items()]
+        else:
+            pairs = [(section, now, then)]
+        changed += [f"{key}: {old!r} in the checkpoint, {new!r} now" for key, new, old in pairs if new != old]
     if changed:
         raise ConfigError(
             f"cannot resume from {checkpoint}: the model or objective changed:\n  "

@@ -37,7 +37,7 @@ from mpp.pretrained import fine_tuning_encoder, fine_tuning_model_config, input_
 from mpp.run_directory import configure_logging, resolve_output_dir, start_run, write_metrics
 
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "finetune_tiny_cpu.yaml"
-RESUME_MUST_MATCH = ("model", "classifier", "finetune")
+RESUME_MUST_MATCH = ("init", "model", "classifier", "finetune")
 logger = logging.getLogger("mpp.recipes.finetune")
 
 

@@ -98,3 +98,17 @@ def test_exported_encoder_loads_in_timm_offline_with_identical_outputs(tiny_mode
     assert list(timm.data.resolve_data_config({}, model=loaded)["mean"]) == [0.1, 0.2, 0.3]
     classifier = timm.create_model(f"local-dir:{tmp_path / 'export'}", pretrained=True, num_classes=5)
     assert classifier.head.out_features == 5  # a timm pipeline can fine-tune it as is
+
+
+def test_resuming_a_fine_tuning_run_from_other_starting_weights_is_refused(tmp_path):
+    from mpp.config import FinetuneRunConfig
+
+    accelerator = Accelerator(cpu=True)
+    accelerator.prepare(torch.nn.Linear(3, 2))
+    checkpoint = save_checkpoint(accelerator, tmp_path, 1, build_config(FinetuneRunConfig, overrides=["init=runs/a"]),
+                                 keep=1)
+    sections = ("init", "model", "classifier", "finetune")
+    check_resume_compatible(checkpoint, build_config(FinetuneRunConfig, overrides=["init=runs/a"]), sections)
+    changed = build_config(FinetuneRunConfig, overrides=["init=runs/b", "finetune.ema_decay=0.9"])
+    with pytest.raises(ConfigError, match=r"init: 'runs/a' in the checkpoint, 'runs/b' now(.|\n)*finetune.ema_decay"):
+        check_resume_compatible(checkpoint, changed, sections)
