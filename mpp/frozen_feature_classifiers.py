@@ -1,0 +1,48 @@
+"""Classifiers on frozen features, solved or looked up rather than trained: the paper's few-shot linear evaluation
+(Sec. 4.1 "Metrics": regularised least squares onto {-1, 1}^K targets, in closed form) and k-nearest-neighbour votes.
+
+Features are (n d) float tensors, labels (n) class indices. Everything runs in float64 where it solves a system,
+so the closed form is exact to rounding.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def with_bias(features: torch.Tensor) -> torch.Tensor:
+    """(n d) -> (n d+1): a constant 1 appended, so the linear map has a bias."""
+    return torch.cat([features, torch.ones_like(features[:, :1])], dim=1)
+
+
+def ridge_regression(features: torch.Tensor, labels: torch.Tensor, num_classes: int, l2: float) -> torch.Tensor:
+    """(d+1 K) weights minimising ||[X 1] W - Y||^2 + l2 ||W without its bias row||^2, where Y holds +1 at each
+    image's class and -1 elsewhere; solved exactly by the normal equations."""
+    x = with_bias(features.double())
+    targets = 2 * F.one_hot(labels, num_classes).double() - 1
+    penalty = torch.full((x.shape[1],), float(l2), dtype=torch.float64, device=x.device)
+    penalty[-1] = 0  # the bias is not shrunk
+    return torch.linalg.solve(x.T @ x + torch.diag(penalty), x.T @ targets)
+
+
+def ridge_predictions(weights: torch.Tensor, features: torch.Tensor) -> torch.Tensor:
+    """(n) the class with the highest regressed score."""
+    return (with_bias(features.double()) @ weights).argmax(dim=1)
+
+
+def knn_predictions(
+    train_features: torch.Tensor,
+    train_labels: torch.Tensor,
+    features: torch.Tensor,
+    num_classes: int,
+    k: int = 20,
+    temperature: float = 0.07,
+) -> torch.Tensor:
+    """(n) the class with the most weight among each image's k nearest training images by cosine similarity, each
+    neighbour voting exp(similarity / temperature)."""
+    similarity = F.normalize(features, dim=1) @ F.normalize(train_features, dim=1).T  # (n m)
+    top, neighbours = similarity.topk(min(k, len(train_features)), dim=1)  # (n k)
+    votes = torch.zeros(len(features), num_classes, dtype=similarity.dtype, device=similarity.device)
+    votes.scatter_add_(1, train_labels[neighbours], (top / temperature).exp())
+    return votes.argmax(dim=1)
