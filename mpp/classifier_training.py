@@ -24,7 +24,7 @@ from mpp.data.image_dataset import ImageDataset
 from mpp.data.sources import DataError
 from mpp.data.subsets import holdout_split
 from mpp.data.transforms import ImageView
-from mpp.engine import local_processes, plan_batches, train
+from mpp.engine import Report, local_processes, plan_batches, train
 from mpp.evaluation import top1_accuracy
 from mpp.optimizer import create_optimizer
 from mpp.run_directory import write_metrics
@@ -44,10 +44,11 @@ def train_classifier(
     checkpoint: Optional[Path] = None,
     ema_decay: float = 0.0,
     log_prefix: str = "",
+    periodic: Sequence[Report] = (),
 ) -> dict[str, Any]:
     """Train ``model`` at peak learning rate ``lr`` (``config.train`` otherwise), from ``checkpoint`` if given, then
     score it on ``eval_set``. Returns the metrics, with ``<eval_name>_accuracy`` (and ``..._averaged`` when
-    ``ema_decay`` averages the weights); checkpoints go to ``run_dir``."""
+    ``ema_decay`` averages the weights); checkpoints go to ``run_dir``; ``periodic`` reports go to ``train``."""
     train_cfg = dataclasses.replace(config.train, lr=lr)
     plan = plan_batches(train_cfg, accelerator.num_processes)
     accelerator.gradient_accumulation_steps = plan.accumulation_steps
@@ -67,7 +68,7 @@ def train_classifier(
         logger.info("%sresumed from %s at step %d", log_prefix, checkpoint, start_step)
 
     metrics = train(accelerator, model, optimizer, loader, train_cfg, plan, run_dir, config, config.seed, start_step,
-                    accuracy_name="train_accuracy", averaged=averaged, log_prefix=log_prefix)
+                    accuracy_name="train_accuracy", averaged=averaged, log_prefix=log_prefix, periodic=periodic)
     metrics["lr"] = lr
     metrics[f"{eval_name}_accuracy"] = top1_accuracy(accelerator, model, eval_loader)
     if averaged is not None:

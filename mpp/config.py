@@ -168,18 +168,57 @@ class RunConfig:
 
     output_dir: str = ""  # the run's directory; empty: runs/<recipe>-<date>-<time>
     seed: int = 0
-    resume: str = ""  # "auto": continue from the latest checkpoint(s) in output_dir, if any; or a checkpoint path
     overwrite: bool = False  # start again in an output_dir that holds an earlier run, deleting it
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
 
 
 @dataclass
-class MPPRunConfig(RunConfig):
+class TrainingRunConfig(RunConfig):
+    """What every training run adds: continuing from its checkpoints."""
+
+    resume: str = ""  # "auto": continue from the latest checkpoint(s) in output_dir, if any; or a checkpoint path
+
+
+@dataclass
+class MonitorConfig:
+    """Representation quality while pre-training runs: few-shot linear accuracy (the paper's ridge regression) on a
+    fixed seeded slice of the training split, logged to TensorBoard as few_shot/<k>shot."""
+
+    few_shot_every: int = 0  # steps between evaluations (and one before the first step); 0: none
+    few_shot_shots: int = 10  # labelled images per class the regression is fitted to
+    few_shot_holdout_per_class: int = 10  # images per class its regulariser is chosen on
+    few_shot_test_per_class: int = 50  # images per class it is scored on; the three slices are disjoint
+    features: Literal["token", "avg"] = "token"  # the [class] token after the final norm, or the patch tokens' mean
+
+    def __post_init__(self) -> None:
+        for name in ("few_shot_every", "few_shot_shots", "few_shot_holdout_per_class", "few_shot_test_per_class"):
+            if getattr(self, name) < (0 if name == "few_shot_every" else 1):
+                raise ConfigError(f"monitor.{name}={getattr(self, name)} must be at least "
+                                  f"{0 if name == 'few_shot_every' else 1}")
+
+
+@dataclass
+class MPPMonitorConfig(MonitorConfig):
+    """... and for MPP, pictures of what the model predicts (pictures/mpp_step_<step>.png, TensorBoard mpp/mosaic)."""
+
+    mosaic_every: int = 0  # steps between mosaics of images, their corrupted views and the predictions; 0: none
+    mosaic_images: int = 8  # images in each mosaic, the same ones and the same corruption every time
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.mosaic_every < 0 or self.mosaic_images < 1:
+            raise ConfigError(f"monitor.mosaic_every={self.mosaic_every} must be at least 0 and "
+                              f"monitor.mosaic_images={self.mosaic_images} at least 1")
+
+
+@dataclass
+class MPPRunConfig(TrainingRunConfig):
     """Everything one masked-patch-prediction pre-training run needs (recipes/mpp.py)."""
 
     mpp: MPPConfig = field(default_factory=MPPConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    monitor: MPPMonitorConfig = field(default_factory=MPPMonitorConfig)
 
 
 @dataclass
@@ -202,11 +241,12 @@ def supervised_training() -> TrainConfig:
 
 
 @dataclass
-class SupervisedRunConfig(RunConfig):
+class SupervisedRunConfig(TrainingRunConfig):
     """Everything one supervised pre-training run needs (recipes/supervised.py)."""
 
     classifier: ClassifierConfig = field(default_factory=ClassifierConfig)
     train: TrainConfig = field(default_factory=supervised_training)
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
 
 
 @dataclass
@@ -240,7 +280,7 @@ def finetune_classifier() -> ClassifierConfig:
 
 
 @dataclass
-class FinetuneRunConfig(RunConfig):
+class FinetuneRunConfig(TrainingRunConfig):
     """Everything one fine-tuning run needs (recipes/finetune.py)."""
 
     # The starting weights: a run directory or its export/ folder from recipes/mpp.py or recipes/supervised.py,
@@ -250,6 +290,122 @@ class FinetuneRunConfig(RunConfig):
     classifier: ClassifierConfig = field(default_factory=finetune_classifier)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     train: TrainConfig = field(default_factory=finetune_training)
+
+
+@dataclass
+class EvaluationConfig:
+    """How an encoder is evaluated frozen (eval/)."""
+
+    features: Literal["token", "avg"] = "token"  # the [class] token after the final norm, or the patch tokens' mean
+    batch_size: int = 256  # images per forward pass and process, extracting features
+    # Features are cached under a fingerprint of the encoder's weights and the images: a folder shared between
+    # runs (e.g. runs/feature-cache) extracts each encoder's features once. Empty: <output_dir>/features.
+    feature_cache: str = ""
+    mixed_precision: Literal["no", "bf16", "fp16"] = "no"
+    cpu_threads: int = 0  # on a CPU: threads per process; 0 shares the cores among this machine's processes
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigError(f"eval.batch_size={self.batch_size} must be at least 1")
+
+
+@dataclass
+class EvaluationRunConfig(RunConfig):
+    """What every evaluation of a frozen encoder needs (eval/)."""
+
+    # The encoder: a run directory or its export/ folder (recipes/mpp.py, supervised.py, finetune.py),
+    # local-dir:<timm folder> or a checkpoint file. Empty: a randomly initialised encoder (seeded), the baseline.
+    init: str = ""
+    eval: EvaluationConfig = field(default_factory=EvaluationConfig)
+
+
+@dataclass
+class FewShotConfig:
+    """Few-shot linear evaluation (Sec. 4.1 "Metrics"): ridge regression of frozen features onto {-1, 1}^K."""
+
+    shots: tuple[int, ...] = (1, 5, 10, 25)  # labelled training images per class
+    seeds: int = 3  # independent draws of the shots (and of the hold-out slice); mean and standard deviation
+    holdout_per_class: int = 10  # training images per class, never among the shots, the regulariser is chosen on
+    l2_grid: tuple[float, ...] = (1e-3, 1e-2, 1e-1, 1.0, 1e1, 1e2, 1e3, 1e4)  # candidate ridge penalties
+
+    def __post_init__(self) -> None:
+        if not self.shots or min(self.shots) < 1 or self.seeds < 1 or self.holdout_per_class < 1:
+            raise ConfigError(f"few_shot.shots={list(self.shots)}, few_shot.seeds={self.seeds} and "
+                              f"few_shot.holdout_per_class={self.holdout_per_class} must all be at least 1")
+        if not self.l2_grid or min(self.l2_grid) <= 0:
+            raise ConfigError(f"few_shot.l2_grid={list(self.l2_grid)} must hold positive penalties")
+
+
+@dataclass
+class FewShotRunConfig(EvaluationRunConfig):
+    """eval/few_shot.py."""
+
+    few_shot: FewShotConfig = field(default_factory=FewShotConfig)
+
+
+@dataclass
+class LinearProbeConfig:
+    """A linear classifier (multinomial logistic regression) fitted to frozen, standardised features of the whole
+    training split by L-BFGS, its L2 penalty chosen on a hold-out slice of them."""
+
+    l2_grid: tuple[float, ...] = (0.0, 1e-5, 1e-4, 1e-3)  # penalties on the weights, added to the mean cross-entropy
+    max_iterations: int = 1000  # L-BFGS function evaluations per fit
+    holdout_fraction: float = 0.1  # of the training features; the best penalty is then fitted to all of them
+
+    def __post_init__(self) -> None:
+        if not self.l2_grid or min(self.l2_grid) < 0:
+            raise ConfigError(f"linear_probe.l2_grid={list(self.l2_grid)} must hold penalties >= 0")
+        if self.max_iterations < 1:
+            raise ConfigError(f"linear_probe.max_iterations={self.max_iterations} must be at least 1")
+        if not 0 < self.holdout_fraction < 1:
+            raise ConfigError(f"linear_probe.holdout_fraction={self.holdout_fraction} must lie in (0, 1)")
+
+
+@dataclass
+class LinearProbeRunConfig(EvaluationRunConfig):
+    """eval/linear_probe.py."""
+
+    linear_probe: LinearProbeConfig = field(default_factory=LinearProbeConfig)
+
+
+@dataclass
+class KnnConfig:
+    """k-nearest-neighbour classification of frozen features: cosine similarity, votes weighted exp(s / T)."""
+
+    k: int = 20
+    temperature: float = 0.07
+
+    def __post_init__(self) -> None:
+        if self.k < 1 or self.temperature <= 0:
+            raise ConfigError(f"knn.k={self.k} must be at least 1 and knn.temperature={self.temperature} positive")
+
+
+@dataclass
+class KnnRunConfig(EvaluationRunConfig):
+    """eval/knn.py."""
+
+    knn: KnnConfig = field(default_factory=KnnConfig)
+
+
+@dataclass
+class InspectionConfig:
+    """The paper's pictures of a trained ViT (Sec. 4.5, App. D.7-D.8)."""
+
+    filter_components: int = 28  # principal components of the patch-embedding filters shown (Fig. 7 left: 28)
+    attention_images: int = 64  # test images the mean attention distance is averaged over
+    rollout_images: int = 8  # test images shown with their attention rollout maps
+
+    def __post_init__(self) -> None:
+        for name in ("filter_components", "attention_images", "rollout_images"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"inspect.{name}={getattr(self, name)} must be at least 1")
+
+
+@dataclass
+class InspectionRunConfig(EvaluationRunConfig):
+    """eval/inspect_encoder.py."""
+
+    inspect: InspectionConfig = field(default_factory=InspectionConfig)
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 from accelerate import Accelerator
@@ -30,6 +30,7 @@ from mpp.preemption import Preempted, StopSignals
 from mpp.run_directory import runs_parent
 from mpp.schedule import learning_rate
 
+Report = tuple[int, Callable[[int, int], None]]  # (every so many steps, report(step, images_seen)): see train()
 logger = logging.getLogger(__name__)
 
 
@@ -64,10 +65,10 @@ def describe_plan(plan: BatchPlan, cfg: TrainConfig) -> str:
     )
 
 
-def create_accelerator(cfg: TrainConfig, seed: int, output_dir: str) -> Accelerator:
+def create_accelerator(mixed_precision: str, seed: int, output_dir: str) -> Accelerator:
     """The one Accelerator of a run: mixed precision, seeded data order, TensorBoard in the run directory."""
     return Accelerator(
-        mixed_precision=cfg.mixed_precision,
+        mixed_precision=mixed_precision,
         gradient_accumulation_plugin=GradientAccumulationPlugin(sync_with_dataloader=False),  # steps: train()
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=seed),
         log_with="tensorboard",
@@ -131,11 +132,14 @@ def train(
     accuracy_name: str = "mpp_accuracy",
     averaged: Optional[ModelEmaV3] = None,
     log_prefix: str = "",
+    periodic: Sequence[Report] = (),
 ) -> dict[str, Any]:
     """Train from ``start_step`` to ``cfg.steps``; returns the final metrics of the run.
 
     ``accuracy_name`` names the model's accuracy in logs and metrics; ``averaged``, if given, is updated after every
-    optimizer step and saved with the checkpoints; ``log_prefix`` goes before every TensorBoard tag.
+    optimizer step and saved with the checkpoints; ``log_prefix`` goes before every TensorBoard tag. Each
+    ``(every, report)`` of ``periodic`` is called as ``report(step, images_seen)`` before the first step and after
+    every ``every`` steps (few-shot accuracy, pictures); its time is not counted in the throughput.
 
     Raises ``Preempted`` (after saving a checkpoint) on SIGTERM / SIGINT, and ``NonFiniteStep`` where
     ``train.on_nonfinite`` says to stop.
@@ -148,12 +152,14 @@ def train(
     window_steps = skipped_steps = 0
     grad_norm = torch.zeros((), device=accelerator.device)
     metrics: dict[str, Any] = {}
-    run_start = window_start = time.perf_counter()
-    first_step_done = run_start
+    run_start = time.perf_counter()
     progress = tqdm(total=cfg.steps, initial=start_step, desc="train", disable=not accelerator.is_local_main_process)
     unwrapped = accelerator.unwrap_model(model)
-    model.train()
     with logging_redirect_tqdm(), StopSignals() as stop_signals, progress:
+        for every, report in periodic if start_step == 0 else ():
+            report(0, 0)
+        model.train()
+        window_start = first_step_done = time.perf_counter()  # throughput counts training steps only
         for step in range(start_step, cfg.steps):
             lr = learning_rate(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.decay, cfg.min_lr)
             for group in optimizer.param_groups:
@@ -209,16 +215,19 @@ def train(
                 sums.zero_()
                 window_steps, window_start = 0, now
 
+            pausing = time.perf_counter()
+            for every, report in periodic:
+                if done % every == 0:
+                    report(done, done * plan.global_batch_size)
             signum = stop_signals.agreed(accelerator, done, cfg.stop_check_every)
             if done % cfg.checkpoint_every == 0 or done == cfg.steps or signum:
                 guard.check(done, window_steps)  # never checkpoint after a step that must stop the run
-                saving = time.perf_counter()
                 path = save_checkpoint(accelerator, run_dir, done, config, cfg.keep_checkpoints, averaged)
                 logger.info("saved checkpoint %s", path)
                 if signum:
                     raise Preempted(signum, done, path)
-                pause = time.perf_counter() - saving  # speeds count training time, not checkpoint writing
-                window_start, first_step_done = window_start + pause, first_step_done + pause
+            pause = time.perf_counter() - pausing  # speeds count training time, not reports or checkpoint writing
+            window_start, first_step_done = window_start + pause, first_step_done + pause
     skipped = report_skipped_images(accelerator, loader.dataset)
 
     steps_run = cfg.steps - start_step

@@ -11,6 +11,11 @@ import torch
 import torch.nn.functional as F
 
 
+def accuracy(predictions: torch.Tensor, labels: torch.Tensor) -> float:
+    """Fraction of ``predictions`` equal to ``labels``."""
+    return (predictions == labels).double().mean().item()
+
+
 def with_bias(features: torch.Tensor) -> torch.Tensor:
     """(n d) -> (n d+1): a constant 1 appended, so the linear map has a bias."""
     return torch.cat([features, torch.ones_like(features[:, :1])], dim=1)
@@ -38,11 +43,17 @@ def knn_predictions(
     num_classes: int,
     k: int = 20,
     temperature: float = 0.07,
+    chunk_size: int = 1024,
 ) -> torch.Tensor:
     """(n) the class with the most weight among each image's k nearest training images by cosine similarity, each
-    neighbour voting exp(similarity / temperature)."""
-    similarity = F.normalize(features, dim=1) @ F.normalize(train_features, dim=1).T  # (n m)
-    top, neighbours = similarity.topk(min(k, len(train_features)), dim=1)  # (n k)
-    votes = torch.zeros(len(features), num_classes, dtype=similarity.dtype, device=similarity.device)
-    votes.scatter_add_(1, train_labels[neighbours], (top / temperature).exp())
-    return votes.argmax(dim=1)
+    neighbour voting exp(similarity / temperature). Queries go ``chunk_size`` at a time, so the similarities held
+    at once are (chunk_size m), not (n m)."""
+    train_features = F.normalize(train_features, dim=1)
+    predictions = []
+    for chunk in F.normalize(features, dim=1).split(chunk_size):
+        similarity = chunk @ train_features.T  # (c m)
+        top, neighbours = similarity.topk(min(k, len(train_features)), dim=1)  # (c k)
+        votes = torch.zeros(len(chunk), num_classes, dtype=similarity.dtype, device=similarity.device)
+        votes.scatter_add_(1, train_labels[neighbours], (top / temperature).exp())
+        predictions.append(votes.argmax(dim=1))
+    return torch.cat(predictions)

@@ -68,13 +68,14 @@ class MaskedPatchPredictor(nn.Module):
         return {f"encoder.{name}" for name in self.encoder.no_weight_decay()} | {"mask_embedding"}
 
     def draw_corruption(self, batch_size: int, generator: Optional[torch.Generator] = None) -> Corruption:
+        """A corruption of ``batch_size`` images, on ``generator``'s device if given, else the model's."""
         return draw_corruption(
             batch_size,
             self.encoder.patch_embed.num_patches,
             self.cfg.corruption_rate,
             self.cfg.mask_fraction,
             self.cfg.random_fraction,
-            device=self.mask_embedding.device,
+            device=generator.device if generator is not None else self.mask_embedding.device,
             generator=generator,
         )
 

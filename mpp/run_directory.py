@@ -58,7 +58,8 @@ def claim_output_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
 def start_run(accelerator: Any, config: Any, run_dir: Path) -> None:
     """Claim ``run_dir`` (never silently overwritten), then write its config and open its log file and TensorBoard
     events. Call once everything that can be wrong with the config has been checked."""
-    claim_output_dir(run_dir, resume=bool(config.resume), overwrite=config.overwrite)
+    resume = bool(getattr(config, "resume", ""))  # an evaluation has nothing to resume (its features are cached)
+    claim_output_dir(run_dir, resume=resume, overwrite=config.overwrite)
     log_to_file(run_dir)
     if accelerator.is_main_process:
         save_config(config, run_dir / "config.yaml")

@@ -47,3 +47,11 @@ def colour_targets(images: torch.Tensor, patch_size: int, cells_per_side: int = 
 def pixel_targets(images: torch.Tensor, patch_size: int) -> torch.Tensor:
     """The full patch for L2 regression: (b n (p p 3)), pixel-major with channels innermost."""
     return rearrange(as_rgb(images).float(), "b c (h p1) (w p2) -> b (h w) (p1 p2 c)", p1=patch_size, p2=patch_size)
+
+
+def class_colours(classes: torch.Tensor, bits: int) -> torch.Tensor:
+    """(...) colour classes -> (... 3) RGB in [0, 1]: the centre of each quantised channel's interval (the inverse of
+    ``quantise_colours`` up to quantisation)."""
+    levels = 2**bits
+    channels = torch.stack([classes // (levels * levels), classes // levels % levels, classes % levels], dim=-1)
+    return (channels.float() + 0.5) / levels

@@ -25,6 +25,7 @@ from mpp.data import build_dataset, build_loader, prepare_loader, sample_images
 from mpp.encoder import count_parameters, create_encoder
 from mpp.engine import create_accelerator, describe_plan, local_processes, plan_batches, set_cpu_threads, train
 from mpp.masked_patch_prediction import MaskedPatchPredictor, most_frequent_class_accuracy
+from mpp.monitors import pre_training_monitors
 from mpp.non_finite import NonFiniteStep
 from mpp.optimizer import create_optimizer
 from mpp.preemption import Preempted
@@ -36,7 +37,7 @@ logger = logging.getLogger("mpp.recipes.mpp")
 
 
 def main(cfg: MPPRunConfig) -> dict[str, Any]:
-    accelerator = create_accelerator(cfg.train, cfg.seed, cfg.output_dir)
+    accelerator = create_accelerator(cfg.train.mixed_precision, cfg.seed, cfg.output_dir)
     configure_logging()
     # Run directory and batch split: derived once, logged once.
     run_dir = resolve_output_dir(cfg.output_dir, prefix="mpp")
@@ -57,6 +58,7 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
     checkpoint = resume_checkpoint(cfg.resume, run_dir)
     if checkpoint is not None:
         check_resume_compatible(checkpoint, cfg)
+    monitors = pre_training_monitors(accelerator, model, cfg.monitor, cfg.data, run_dir, cfg.seed)
 
     start_run(accelerator, cfg, run_dir)
     logger.info("run directory %s; %s on %s, %d threads per process", run_dir, cfg.model.name, accelerator.device,
@@ -77,7 +79,8 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
         logger.info("resumed from %s at step %d", checkpoint, start_step)
 
     try:
-        metrics = train(accelerator, model, optimizer, loader, cfg.train, plan, run_dir, cfg, cfg.seed, start_step)
+        metrics = train(accelerator, model, optimizer, loader, cfg.train, plan, run_dir, cfg, cfg.seed, start_step,
+                        periodic=monitors)
     except (Preempted, NonFiniteStep):
         accelerator.end_training()  # TensorBoard flushed; the checkpoints stay as they are
         raise

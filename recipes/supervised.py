@@ -27,6 +27,7 @@ from mpp.config import SupervisedRunConfig
 from mpp.data import build_dataset
 from mpp.encoder import count_parameters, create_encoder
 from mpp.engine import create_accelerator, describe_plan, plan_batches, set_cpu_threads
+from mpp.monitors import pre_training_monitors
 from mpp.non_finite import NonFiniteStep
 from mpp.preemption import Preempted
 from mpp.run_directory import configure_logging, resolve_output_dir, start_run, write_metrics
@@ -37,7 +38,7 @@ logger = logging.getLogger("mpp.recipes.supervised")
 
 
 def main(cfg: SupervisedRunConfig) -> dict[str, Any]:
-    accelerator = create_accelerator(cfg.train, cfg.seed, cfg.output_dir)
+    accelerator = create_accelerator(cfg.train.mixed_precision, cfg.seed, cfg.output_dir)
     configure_logging()
     run_dir = resolve_output_dir(cfg.output_dir, prefix="supervised")
     plan = plan_batches(cfg.train, accelerator.num_processes)
@@ -55,6 +56,7 @@ def main(cfg: SupervisedRunConfig) -> dict[str, Any]:
     checkpoint = resume_checkpoint(cfg.resume, run_dir)
     if checkpoint is not None:
         check_resume_compatible(checkpoint, cfg, RESUME_MUST_MATCH)
+    monitors = pre_training_monitors(accelerator, model, cfg.monitor, cfg.data, run_dir, cfg.seed)
 
     start_run(accelerator, cfg, run_dir)
     logger.info("run directory %s; %s on %s, %d threads per process", run_dir, cfg.model.name, accelerator.device,
@@ -68,7 +70,7 @@ def main(cfg: SupervisedRunConfig) -> dict[str, Any]:
 
     try:
         metrics = train_classifier(accelerator, model, train_set, test_set, "test", cfg, cfg.train.lr, run_dir,
-                                   checkpoint)
+                                   checkpoint, periodic=monitors)
     except (Preempted, NonFiniteStep):
         accelerator.end_training()  # TensorBoard flushed; the checkpoints stay as they are
         raise

@@ -75,11 +75,20 @@ def test_missing_preset_file_is_named(tmp_path):
 
 @pytest.mark.parametrize("preset", PRESETS, ids=[p.stem for p in PRESETS])
 def test_every_shipped_preset_builds_for_its_recipe(preset):
-    from mpp.config import FinetuneRunConfig, SupervisedRunConfig
+    from mpp.config import (
+        FewShotRunConfig,
+        FinetuneRunConfig,
+        InspectionRunConfig,
+        KnnRunConfig,
+        LinearProbeRunConfig,
+        SupervisedRunConfig,
+    )
 
-    recipe = {"mpp": MPPRunConfig, "supervised": SupervisedRunConfig, "finetune": FinetuneRunConfig}
-    cfg = build_config(recipe[preset.stem.split("_")[0]], preset)  # presets are named <recipe>_<setting>.yaml
-    assert config_to_dict(cfg)["model"]["name"].startswith("vit_")
+    recipes = {"mpp": [MPPRunConfig], "supervised": [SupervisedRunConfig], "finetune": [FinetuneRunConfig],
+               "eval": [FewShotRunConfig, LinearProbeRunConfig, KnnRunConfig, InspectionRunConfig]}
+    for recipe in recipes[preset.stem.split("_")[0]]:  # presets are named <recipe>_<setting>.yaml
+        cfg = build_config(recipe, preset)
+        assert config_to_dict(cfg)["model"]["name"].startswith("vit_")
 
 
 def test_resume_flag_means_resume_auto():

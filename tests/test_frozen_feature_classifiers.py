@@ -1,11 +1,16 @@
-"""Classifiers on frozen features: the closed-form few-shot solver and kNN votes."""
+"""Classifiers on frozen features: the closed-form few-shot solver, kNN votes, the linear probe, and the few-shot
+protocol around the solver."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from mpp.frozen_feature_classifiers import knn_predictions, ridge_predictions, ridge_regression
+from mpp.config import FewShotConfig, LinearProbeConfig
+from mpp.data.subsets import disjoint_per_class
+from mpp.few_shot import few_shot_evaluation, ridge_accuracy
+from mpp.frozen_feature_classifiers import accuracy, knn_predictions, ridge_predictions, ridge_regression
+from mpp.linear_probe import linear_probe_evaluation
 
 
 def test_the_closed_form_solver_matches_a_reference_least_squares_solution():
@@ -45,3 +50,65 @@ def test_both_classifiers_stay_at_chance_when_labels_say_nothing_about_features(
     assert abs((ridge_predictions(weights, test_features) == test_labels).float().mean() - 0.25) < 0.06
     knn = knn_predictions(train_features, train_labels, test_features, 4)
     assert abs((knn == test_labels).float().mean() - 0.25) < 0.06
+
+
+def test_knn_in_chunks_predicts_what_knn_in_one_piece_does():
+    train_features, train_labels = separable(300, seed=0)
+    test_features = torch.randn(50, 16, generator=torch.Generator().manual_seed(5)) * 3
+    whole = knn_predictions(train_features, train_labels, test_features, 4, chunk_size=1000)
+    assert torch.equal(knn_predictions(train_features, train_labels, test_features, 4, chunk_size=7), whole)
+
+
+def test_the_linear_probe_separates_separable_features_and_stays_at_chance_on_random_labels():
+    cfg = LinearProbeConfig(l2_grid=(0.0, 1e-2))
+    result = linear_probe_evaluation(separable(400, seed=0), separable(400, seed=1), 4, cfg, seed=0)
+    assert result["test_accuracy"] > 0.98
+    assert set(result["holdout_accuracy"]) == {"0", "0.01"} and result["chosen_l2"] in cfg.l2_grid
+
+    generator = torch.Generator().manual_seed(3)
+    features = torch.randn(2, 1000, 16, generator=generator)
+    labels = torch.randint(0, 4, (2, 1000), generator=generator)
+    result = linear_probe_evaluation((features[0], labels[0]), (features[1], labels[1]), 4, cfg, seed=0)
+    assert abs(result["test_accuracy"] - 0.25) < 0.06
+
+
+def test_the_penalty_is_the_one_best_on_the_holdout_slice():
+    train, holdout, test = separable(12, seed=0), separable(200, seed=1), separable(200, seed=2)
+    noisy = (holdout[0] + 6 * torch.randn(200, 16, generator=torch.Generator().manual_seed(4)), holdout[1])
+    grid = [1e-3, 1.0, 1e3]
+    score, chosen = ridge_accuracy(train, noisy, test, 4, grid)
+    on_holdout = [accuracy(ridge_predictions(ridge_regression(*train, 4, l2), noisy[0]), noisy[1]) for l2 in grid]
+    assert chosen == grid[on_holdout.index(max(on_holdout))]
+    assert score == accuracy(ridge_predictions(ridge_regression(*train, 4, chosen), test[0]), test[1])
+
+
+def test_disjoint_per_class_slices_share_no_image_and_hold_the_counts_asked_for():
+    labels = torch.arange(300) % 3
+    slices = disjoint_per_class(labels, [2, 5, 10], seed=0, asked_by="test")
+    for count, positions in zip([2, 5, 10], slices):
+        assert torch.equal(torch.bincount(labels[positions], minlength=3), torch.full((3,), count))
+    assert len(torch.cat(slices).unique()) == 51
+    assert all(torch.equal(a, b) for a, b in zip(slices, disjoint_per_class(labels, [2, 5, 10], 0, "test")))
+
+
+def test_few_shot_draws_shots_apart_from_the_holdout_slice_and_reports_every_seed():
+    train_features, train_labels = separable(400, seed=0)
+    requested = []
+
+    def features_of(positions):
+        requested.append(positions)
+        return train_features[positions], train_labels[positions]
+
+    cfg = FewShotConfig(shots=(1, 5), seeds=3, holdout_per_class=4)
+    results = few_shot_evaluation(features_of, train_labels, separable(200, seed=1), 4, cfg, seed=0)
+    assert set(results) == {"1", "5"}
+    for result in results.values():
+        assert len(result["per_seed"]) == len(result["chosen_l2"]) == 3
+        assert result["mean"] > 0.95 and result["std"] == np.std(result["per_seed"], ddof=1)
+    # One extraction, of at most (4 hold-out + 5 shots) x 4 classes x 3 seeds images, all distinct.
+    assert len(requested) == 1 and len(requested[0]) <= 108 and len(requested[0].unique()) == len(requested[0])
+
+    random_labels = torch.randint(0, 4, (400,), generator=torch.Generator().manual_seed(1))
+    features_of = lambda positions: (train_features[positions], random_labels[positions])  # noqa: E731
+    chance = few_shot_evaluation(features_of, random_labels, separable(400, seed=2), 4, cfg, seed=0)
+    assert abs(chance["5"]["mean"] - 0.25) < 0.1

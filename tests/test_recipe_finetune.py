@@ -44,7 +44,8 @@ def mpp_run(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def supervised_run(tmp_path_factory, folders) -> Path:
     run_dir = tmp_path_factory.mktemp("supervised") / "run"
-    launch(f"output_dir={run_dir}", *TINY, *folders, script=SUPERVISED)
+    launch(f"output_dir={run_dir}", *TINY, *folders, "monitor.few_shot_every=3", "monitor.few_shot_shots=2",
+           "monitor.few_shot_holdout_per_class=2", "monitor.few_shot_test_per_class=5", script=SUPERVISED)
     return run_dir
 
 
@@ -56,7 +57,7 @@ def test_supervised_pre_training_writes_the_run_directory_mpp_does(supervised_ru
     assert (supervised_run / "export" / "model.safetensors").is_file()
     assert [p.name for p in sorted((supervised_run / "checkpoints").iterdir())] == ["step_00000003", "step_00000006"]
     tags = set(EventAccumulator(str(supervised_run)).Reload().Tags()["scalars"])
-    assert {"train/loss", "train/train_accuracy", "train/lr", "eval/test_accuracy"} <= tags
+    assert {"train/loss", "train/train_accuracy", "train/lr", "eval/test_accuracy", "few_shot/2shot"} <= tags
     # The pre-training head (tanh hidden layer) is trained, then left out of the export: fine-tuning replaces it.
     trained = load_file(supervised_run / "checkpoints" / "step_00000006" / "model.safetensors")
     assert {"head.0.weight", "head.2.weight"} <= trained.keys()

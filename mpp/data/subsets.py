@@ -18,17 +18,32 @@ def holdout_split(size: int, fraction: float, seed: int) -> tuple[torch.Tensor, 
     return order[held_out:].sort().values, order[:held_out].sort().values
 
 
-def shots_per_class(labels: torch.Tensor, shots: int, seed: int) -> torch.Tensor:
-    """Positions of ``shots`` randomly chosen examples of every class in ``labels``; sorted."""
+def shots_per_class(labels: torch.Tensor, shots: int, seed: int, asked_by: str = "data.shots_per_class"
+                    ) -> torch.Tensor:
+    """Positions of ``shots`` randomly chosen examples of every class in ``labels``; sorted. ``asked_by`` names the
+    setting that asks for them, for the error when there are too few."""
     if (labels < 0).any():
-        raise DataError("data.shots_per_class needs labels, and this data has unlabelled images")
+        raise DataError(f"{asked_by} needs labels, and this data has unlabelled images")
     counts = torch.bincount(labels)
     short = [(label, int(count)) for label, count in enumerate(counts.tolist()) if 0 < count < shots]
     if short:
-        raise DataError(f"data.shots_per_class={shots}, but classes have fewer examples: "
+        raise DataError(f"{asked_by} needs {shots} examples of every class, but classes have fewer: "
                         + ", ".join(f"class {label}: {count}" for label, count in short[:10]))
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))
     by_class = torch.sort(labels[order], stable=True)
     first_of_class = torch.cumsum(counts, 0) - counts
     rank_in_class = torch.arange(len(labels)) - first_of_class[by_class.values]  # 0, 1, ... within each class
     return order[by_class.indices[rank_in_class < shots]].sort().values
+
+
+def disjoint_per_class(labels: torch.Tensor, counts: list[int], seed: int, asked_by: str) -> list[torch.Tensor]:
+    """Positions in ``labels`` of disjoint random slices, ``counts[i]`` examples of every class in slice i (e.g.
+    shots, a hold-out slice to tune on, test images); each sorted."""
+    rest, slices = torch.arange(len(labels)), []
+    for count in counts:
+        chosen = shots_per_class(labels[rest], count, seed, f"{asked_by} (with {sum(counts)} per class in all)")
+        slices.append(rest[chosen])
+        keep = torch.ones(len(rest), dtype=torch.bool)
+        keep[chosen] = False
+        rest = rest[keep]
+    return slices

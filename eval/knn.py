@@ -1,0 +1,39 @@
+"""kNN accuracy of a frozen encoder: each test image takes the class with the most weight among its k nearest
+training images by cosine similarity of their features, each neighbour voting exp(similarity / temperature).
+
+    accelerate launch eval/knn.py [--config recipes/configs/<preset>.yaml] [init=<run dir>] [key=value ...]
+
+No init: a randomly initialised encoder, the baseline.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from mpp.command_line import run_recipe
+from mpp.config import KnnRunConfig
+from mpp.frozen_encoder import open_evaluation_run
+from mpp.frozen_feature_classifiers import accuracy, knn_predictions
+
+DEFAULT_PRESET = Path(__file__).parents[1] / "recipes" / "configs" / "eval_tiny_cpu.yaml"
+logger = logging.getLogger("mpp.eval.knn")
+
+
+def main(cfg: KnnRunConfig) -> dict[str, Any]:
+    run = open_evaluation_run(cfg, prefix="knn")
+    (train_features, train_labels), (features, labels) = (run.features(run.train_set, "train"),
+                                                          run.features(run.test_set, "test"))
+    predictions = knn_predictions(train_features, train_labels, features, run.train_set.num_classes, cfg.knn.k,
+                                  cfg.knn.temperature)
+    score = accuracy(predictions, labels)
+    logger.info("kNN (k=%d, temperature %g): test accuracy %.4f", cfg.knn.k, cfg.knn.temperature, score)
+    metrics = {"knn": {"test_accuracy": score, "k": cfg.knn.k, "temperature": cfg.knn.temperature},
+               "train_images": len(train_labels), "test_images": len(labels)}
+    run.finish(metrics, {"knn/test_accuracy": score})
+    return metrics
+
+
+if __name__ == "__main__":
+    run_recipe(main, KnnRunConfig, DEFAULT_PRESET, description=__doc__)

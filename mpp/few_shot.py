@@ -1,0 +1,109 @@
+"""Few-shot linear evaluation (paper Sec. 4.1 "Metrics"): k labelled images per class, their frozen features
+regressed onto {-1, 1}^K targets in closed form (``ridge_regression``), the penalty chosen on a hold-out slice of
+other training images, scored on test images; repeated over seeds.
+
+``few_shot_evaluation`` is eval/few_shot.py's protocol; ``FewShotMonitor`` runs the same fit on a fixed small slice
+during pre-training, so representation quality can be watched as it rises.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from typing import Callable, Sequence
+
+import torch
+from accelerate import Accelerator
+
+from mpp.config import FewShotConfig, MonitorConfig
+from mpp.data.image_dataset import ImageDataset
+from mpp.data.subsets import disjoint_per_class, shots_per_class
+from mpp.frozen_encoder import FeatureExtractor
+from mpp.frozen_feature_classifiers import accuracy, ridge_predictions, ridge_regression
+
+DEFAULT_L2_GRID = FewShotConfig().l2_grid
+logger = logging.getLogger(__name__)
+
+
+def ridge_accuracy(
+    train: tuple[torch.Tensor, torch.Tensor],
+    holdout: tuple[torch.Tensor, torch.Tensor],
+    test: tuple[torch.Tensor, torch.Tensor],
+    num_classes: int,
+    l2_grid: Sequence[float],
+) -> tuple[float, float]:
+    """(test accuracy, chosen penalty): the ridge regression fitted to ``train`` (features, labels) with each
+    penalty of ``l2_grid``, the one best on ``holdout`` (the smallest among ties) scored on ``test``."""
+    fits = [ridge_regression(*train, num_classes, l2) for l2 in l2_grid]
+    scores = [accuracy(ridge_predictions(weights, holdout[0]), holdout[1]) for weights in fits]
+    best = scores.index(max(scores))
+    return accuracy(ridge_predictions(fits[best], test[0]), test[1]), float(l2_grid[best])
+
+
+def few_shot_evaluation(
+    features_of: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    train_labels: torch.Tensor,
+    test: tuple[torch.Tensor, torch.Tensor],
+    num_classes: int,
+    cfg: FewShotConfig,
+    seed: int,
+) -> dict[str, dict]:
+    """Per k of ``cfg.shots``: test accuracy (mean and standard deviation over ``cfg.seeds`` draws) and each draw's
+    accuracy and chosen penalty. ``features_of(positions)`` gives the (features, labels) of those training images.
+
+    Each seed draws a hold-out slice of ``cfg.holdout_per_class`` images per class, then the shots from the rest."""
+    draws = []
+    for draw in range(cfg.seeds):
+        holdout, pool = disjoint_per_class(train_labels, [cfg.holdout_per_class, max(cfg.shots)], seed + draw,
+                                           "few_shot.holdout_per_class and few_shot.shots")
+        draws.append((holdout, {k: pool[shots_per_class(train_labels[pool], k, seed + draw)] for k in cfg.shots}))
+    needed = torch.cat([torch.cat([holdout, *shots.values()]) for holdout, shots in draws]).unique()  # sorted
+    features, labels = features_of(needed)
+
+    def rows(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        index = torch.searchsorted(needed, positions).to(features.device)
+        return features[index], labels[index]
+
+    results = {}
+    for k in cfg.shots:
+        runs = [ridge_accuracy(rows(shots[k]), rows(holdout), test, num_classes, cfg.l2_grid)
+                for holdout, shots in draws]
+        scores = [score for score, _ in runs]
+        results[str(k)] = {
+            "mean": statistics.fmean(scores),
+            "std": statistics.stdev(scores) if len(scores) > 1 else 0.0,
+            "per_seed": scores,
+            "chosen_l2": [l2 for _, l2 in runs],
+        }
+    return results
+
+
+class FewShotMonitor:
+    """Few-shot accuracy of a model's encoder on a fixed slice of ``dataset`` (shots, hold-out and test images per
+    class, disjoint, held in memory on the device), for TensorBoard during pre-training."""
+
+    def __init__(self, accelerator: Accelerator, model: torch.nn.Module, dataset: ImageDataset, cfg: MonitorConfig,
+                 seed: int):
+        """``model``: the (unwrapped) model being trained, with ``encoder`` and ``normalise``; ``dataset``: images
+        through the evaluation view, labelled."""
+        self.accelerator, self.cfg = accelerator, cfg
+        self.extractor = FeatureExtractor(model.encoder, model.normalise, cfg.features)  # shares the weights
+        counts = [cfg.few_shot_shots, cfg.few_shot_holdout_per_class, cfg.few_shot_test_per_class]
+        slices = disjoint_per_class(dataset.labels, counts, seed, "monitor.few_shot_*")
+        self.images, self.labels = dataset.__getitems__(torch.cat(slices).tolist())
+        self.images, self.labels = self.images.to(accelerator.device), self.labels.to(accelerator.device)
+        self.bounds = torch.tensor([0] + counts).mul(dataset.num_classes).cumsum(0).tolist()
+        self.num_classes = dataset.num_classes
+
+    @torch.no_grad()
+    def __call__(self, step: int, images_seen: int) -> None:
+        was_training = self.extractor.encoder.training
+        self.extractor.eval()
+        with self.accelerator.autocast():
+            features = torch.cat([self.extractor(batch) for batch in self.images.split(256)])
+        self.extractor.train(was_training)
+        shots, holdout, test = ((features[a:b], self.labels[a:b]) for a, b in zip(self.bounds, self.bounds[1:]))
+        score, _ = ridge_accuracy(shots, holdout, test, self.num_classes, DEFAULT_L2_GRID)
+        self.accelerator.log({f"few_shot/{self.cfg.few_shot_shots}shot": score}, step=images_seen)
+        logger.info("step %d: few-shot accuracy %.4f (%d images per class, ridge regression on the %s features)",
+                    step, score, self.cfg.few_shot_shots, self.cfg.features)

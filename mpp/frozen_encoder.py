@@ -1,0 +1,143 @@
+"""An encoder under evaluation (eval/): loaded from ``init`` or drawn at random, frozen, read out as one feature
+vector per image, and its features cached so that each encoder's images pass through it once.
+
+The evaluation scripts share everything here; each adds only its protocol (few-shot, linear probe, kNN, pictures).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+from safetensors.torch import load_file, save_file
+from timm.models.vision_transformer import VisionTransformer
+from torch import nn
+
+from mpp.classifier import pooled_features
+from mpp.config import ConfigError, EvaluationRunConfig
+from mpp.data import build_dataset, build_loader, prepare_loader
+from mpp.data.image_dataset import ImageDataset
+from mpp.encoder import InputNormalisation, count_parameters
+from mpp.engine import create_accelerator, local_processes, set_cpu_threads
+from mpp.pretrained import fine_tuning_encoder, fine_tuning_model_config, input_normalisation, read_pretrained
+from mpp.run_directory import configure_logging, resolve_output_dir, start_run, write_metrics
+
+FEATURES_DIR = "features"  # the cache's default place in the run directory
+logger = logging.getLogger(__name__)
+
+
+class FeatureExtractor(nn.Module):
+    """(b c h w) raw images in [0, 1] -> (b d) features: the encoder's output after its final norm, pooled."""
+
+    def __init__(self, encoder: VisionTransformer, normalise: InputNormalisation, pool: Literal["token", "avg"]):
+        super().__init__()
+        self.encoder, self.normalise, self.pool = encoder, normalise, pool
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        tokens = self.encoder.forward_features(self.normalise(images))
+        return pooled_features(tokens, self.pool, self.encoder.num_prefix_tokens).float()
+
+
+@dataclass
+class EvaluationRun:
+    accelerator: Accelerator
+    run_dir: Path
+    extractor: FeatureExtractor  # prepared, in eval mode
+    train_set: ImageDataset  # both splits resized (and centre-cropped), never augmented
+    test_set: ImageDataset
+    config: EvaluationRunConfig
+
+    def features(self, dataset: ImageDataset, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(n d) features and (n) labels of ``dataset``'s images in order, on the device; read from the cache
+        when this encoder has already seen exactly these images."""
+        cfg = self.config
+        cache = Path(cfg.eval.feature_cache) if cfg.eval.feature_cache else self.run_dir / FEATURES_DIR
+        path = cache / f"{name}-{feature_fingerprint(self.extractor, dataset)}.safetensors"
+        if path.is_file():
+            stored = load_file(path, device=str(self.accelerator.device))
+            logger.info("%s: %d features read from %s", name, len(stored["labels"]), path)
+            return stored["features"], stored["labels"]
+        features, labels = extract_features(self.accelerator, self.extractor, dataset, cfg.eval.batch_size, cfg)
+        if self.accelerator.is_main_process:
+            cache.mkdir(parents=True, exist_ok=True)
+            partial = path.with_suffix(".partial")
+            save_file({"features": features.cpu().contiguous(), "labels": labels.cpu().contiguous()}, partial)
+            os.replace(partial, path)  # a cache entry is whole or absent
+        logger.info("%s: %d features of dimension %d extracted, cached as %s", name, len(labels), features.shape[1],
+                    path)
+        return features, labels
+
+    def finish(self, metrics: dict[str, Any], scalars: dict[str, float]) -> None:
+        """``scalars`` to TensorBoard, ``metrics`` (with the encoder's description) to metrics.json, and close."""
+        self.accelerator.log(scalars, step=0)
+        write_metrics(self.run_dir, {"init": self.config.init or None, "features": self.config.eval.features,
+                                     **metrics})
+        self.accelerator.end_training()
+
+
+def open_evaluation_run(cfg: EvaluationRunConfig, prefix: str) -> EvaluationRun:
+    """The encoder ``cfg.init`` names (or a seeded random one) as a frozen feature extractor, and the run's
+    directory, claimed once the encoder has loaded (nothing is written for an init that does not fit)."""
+    accelerator = create_accelerator(cfg.eval.mixed_precision, cfg.seed, cfg.output_dir)
+    configure_logging()
+    run_dir = resolve_output_dir(cfg.output_dir, prefix=prefix)
+    threads = set_cpu_threads(accelerator, cfg.eval.cpu_threads)
+    pretrained = read_pretrained(cfg.init) if cfg.init else None
+    model_cfg = fine_tuning_model_config(cfg.model, pretrained)
+    mean, std = input_normalisation(pretrained, cfg.data.mean, cfg.data.std)
+    set_seed(cfg.seed)  # the random baseline's weights
+    encoder = fine_tuning_encoder(model_cfg, pretrained)
+    extractor = FeatureExtractor(encoder, InputNormalisation(mean, std, model_cfg.in_chans), cfg.eval.features)
+    extractor.requires_grad_(False).eval()
+    if cfg.data.streaming:
+        raise ConfigError("evaluation reads each image once, by position: set data.streaming=false")
+    image_size = encoder.patch_embed.img_size[0]
+    splits = [build_dataset(cfg.data, split, image_size, model_cfg.in_chans, augment=False, seed=cfg.seed)
+              for split in ("train", "test")]
+    run = EvaluationRun(accelerator, run_dir, accelerator.prepare_model(extractor, evaluation_mode=True), *splits,
+                        cfg)
+    start_run(accelerator, cfg, run_dir)
+    logger.info("run directory %s on %s, %d threads per process; encoder %s (%.2fM parameters, %d patches at %d px), "
+                "features: %s; data: %s; test: %s", run_dir, accelerator.device, threads,
+                pretrained.location if pretrained else f"randomly initialised {model_cfg.name} (seed {cfg.seed})",
+                count_parameters(encoder) / 1e6, encoder.patch_embed.num_patches, image_size,
+                "[class] token" if cfg.eval.features == "token" else "mean of the patch tokens",
+                run.train_set.description, run.test_set.description)
+    return run
+
+
+def feature_fingerprint(extractor: FeatureExtractor, dataset: ImageDataset) -> str:
+    """A digest of everything the features depend on: the weights, normalisation and pooling, and which images
+    through which view."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(extractor.encoder.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().cpu().contiguous().numpy().tobytes())
+    for tensor in (extractor.normalise.mean, extractor.normalise.std, dataset.indices):
+        digest.update(tensor.cpu().contiguous().numpy().tobytes())
+    digest.update(f"{extractor.pool}|{dataset.source.description}|{dataset.view.description}|{dataset.channels}"
+                  .encode())
+    return digest.hexdigest()[:16]
+
+
+@torch.no_grad()
+def extract_features(accelerator: Accelerator, extractor: nn.Module, dataset: ImageDataset, batch_size: int,
+                     cfg: EvaluationRunConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n d) features and (n) labels of every image of ``dataset``, in order; each process extracts its share."""
+    loader = build_loader(dataset, batch_size, cfg.data, train=False, device_type=accelerator.device.type,
+                          local_processes=local_processes(accelerator))
+    features, labels = [], []
+    for images, batch_labels in prepare_loader(accelerator, loader):
+        with accelerator.autocast():
+            batch_features = extractor(images)
+        gathered = accelerator.gather_for_metrics((batch_features, batch_labels))
+        features.append(gathered[0])
+        labels.append(gathered[1])
+    return torch.cat(features), torch.cat(labels)

@@ -1,0 +1,187 @@
+"""The paper's pictures of what a ViT learned (Sec. 4.5, Fig. 7, App. D.7-D.8), and of what MPP predicts.
+
+- ``filter_principal_components``: the patch-embedding filters' principal components (Fig. 7 left).
+- ``position_similarity``: each position embedding's cosine similarity to all others, on the patch grid (Fig. 7
+  centre).
+- ``attention_weights`` + ``mean_attention_distance``: how far each head looks, against depth (Fig. 7 right).
+- ``attention_rollout``: where the [class] token's output comes from in the image (Fig. 6).
+- ``MPPMosaic``: images, their corrupted views, the targets and the predictions, during MPP pre-training.
+"""
+
+from __future__ import annotations
+
+from dataclasses import astuple
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from accelerate import Accelerator
+from einops import rearrange, repeat
+from timm.models.vision_transformer import VisionTransformer
+
+from mpp.attention_maps import attention_rollout, mean_attention_distance
+from mpp.config import InspectionConfig
+from mpp.corruption import MASK, RANDOM, Corruption
+from mpp.masked_patch_prediction import MaskedPatchPredictor
+from mpp.pictures import colour_mapped, enlarged, figure_picture, image_grid, save_picture
+from mpp.targets import as_rgb, class_colours
+
+
+def filter_principal_components(weight: torch.Tensor, count: int) -> torch.Tensor:
+    """(d c p p) patch-embedding filters -> (m c p p) their first m <= ``count`` principal components, each
+    stretched to [0, 1] for display."""
+    flat = rearrange(weight.detach().double().cpu(), "d c p q -> d (c p q)")
+    _, _, components = torch.linalg.svd(flat - flat.mean(dim=0), full_matrices=False)  # rows: directions
+    components = components[:count]
+    low, high = components.min(dim=1, keepdim=True).values, components.max(dim=1, keepdim=True).values
+    stretched = (components - low) / (high - low).clamp_min(1e-12)
+    return rearrange(stretched.float(), "m (c p q) -> m c p q", c=weight.shape[1], p=weight.shape[2])
+
+
+def position_similarity(pos_embed: torch.Tensor, grid: tuple[int, int], prefix_tokens: int = 1) -> torch.Tensor:
+    """(1 p+n d) position embeddings -> (n gh gw): for each patch, the cosine similarity of its embedding to every
+    patch's, laid out as the image's patch grid."""
+    patches = F.normalize(pos_embed[0, prefix_tokens:].detach().float(), dim=-1)  # (n d)
+    return rearrange(patches @ patches.T, "n (gh gw) -> n gh gw", gh=grid[0], gw=grid[1])
+
+
+@torch.no_grad()
+def attention_weights(encoder: VisionTransformer, images: torch.Tensor) -> list[torch.Tensor]:
+    """[(b h t t)] the softmax attention of every block, first to last, for normalised ``images``. timm's fused
+    attention never forms the weights, so its unfused path runs for this one pass; hooks read them off each block's
+    attention dropout (the identity in eval mode)."""
+    attentions = [block.attn for block in encoder.blocks]
+    fused = [attention.fused_attn for attention in attentions]
+    weights: list[torch.Tensor] = []
+    handles = [attention.attn_drop.register_forward_hook(lambda module, inputs, output: weights.append(output))
+               for attention in attentions]
+    was_training = encoder.training
+    try:
+        for attention in attentions:
+            attention.fused_attn = False
+        encoder.eval()
+        encoder.forward_features(images)
+    finally:
+        for attention, was_fused in zip(attentions, fused):
+            attention.fused_attn = was_fused
+        for handle in handles:
+            handle.remove()
+        encoder.train(was_training)
+    return weights
+
+
+def rollout_overlays(images: torch.Tensor, rollout: torch.Tensor, grid: tuple[int, int], prefix_tokens: int = 1
+                     ) -> torch.Tensor:
+    """(b c h w) raw images, (b t t) rollout -> (b 3 h w): each image weighted by how much of the [class] token's
+    output comes from each of its patches, scaled so that the most attended patch keeps its full brightness."""
+    weights = rearrange(rollout[:, 0, prefix_tokens:], "b (gh gw) -> b 1 gh gw", gh=grid[0], gw=grid[1])
+    weights = weights / weights.amax(dim=(2, 3), keepdim=True)
+    weights = F.interpolate(weights.float(), size=images.shape[-2:], mode="bilinear", align_corners=False)
+    return as_rgb(images).float() * weights
+
+
+def attention_distance_chart(distances: torch.Tensor, patch_size: int) -> torch.Tensor:
+    """(layers heads) mean attention distances in pixels -> the chart of App. D.7 (one dot per head) as (3 h w)."""
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(5, 3.6), dpi=100)
+    layers = torch.arange(1, distances.shape[0] + 1).repeat_interleave(distances.shape[1])
+    axes.scatter(layers.numpy(), distances.flatten().numpy(), s=14, alpha=0.8)
+    axes.set(xlabel="network depth (layer)", ylabel="mean attention distance (pixels)",
+             title=f"Mean attention distance per head ({patch_size} px patches)",
+             xticks=range(1, distances.shape[0] + 1), ylim=(0, None))
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    return figure_picture(figure)
+
+
+def inspect_encoder(accelerator: Accelerator, encoder: VisionTransformer, normalise: torch.nn.Module,
+                    images: torch.Tensor, run_dir: Path, cfg: InspectionConfig) -> dict[str, Any]:
+    """Writes the four pictures of an encoder (PNG and TensorBoard) for raw ``images`` (b c h w) on its device;
+    returns the mean attention distances and the pictures' paths."""
+    grid, patch_size = encoder.patch_embed.grid_size, encoder.patch_embed.patch_size[0]
+    prefix = encoder.num_prefix_tokens
+    paths = {}
+
+    filters = enlarged(as_rgb(filter_principal_components(encoder.patch_embed.proj.weight, cfg.filter_components)),
+                       min_side=32)
+    paths["patch_embedding_filters"] = save_picture(accelerator, run_dir, "patch_embedding_filters",
+                                                    "inspect/patch_embedding_filters", image_grid(filters, 7))
+
+    similarity = position_similarity(encoder.pos_embed, grid, prefix)  # (n gh gw)
+    maps = rearrange(colour_mapped(similarity, -1, 1), "n gh gw c -> n c gh gw")
+    paths["position_embedding_similarity"] = save_picture(
+        accelerator, run_dir, "position_embedding_similarity", "inspect/position_embedding_similarity",
+        image_grid(enlarged(maps, min_side=24), columns=grid[1]))
+
+    attentions = attention_weights(encoder, normalise(images[: cfg.attention_images]))
+    distances = torch.stack([mean_attention_distance(weights, patch_size, prefix) for weights in attentions]).cpu()
+    paths["mean_attention_distance"] = save_picture(accelerator, run_dir, "mean_attention_distance",
+                                                    "inspect/mean_attention_distance",
+                                                    attention_distance_chart(distances, patch_size))
+
+    shown = images[: cfg.rollout_images]
+    rollout = attention_rollout([weights[: len(shown)] for weights in attentions])
+    pairs = torch.cat([as_rgb(shown).float(), rollout_overlays(shown, rollout, grid, prefix)])  # images, then maps
+    paths["attention_rollout"] = save_picture(accelerator, run_dir, "attention_rollout", "inspect/attention_rollout",
+                                              image_grid(enlarged(pairs).cpu(), columns=len(shown)))
+    return {"mean_attention_distance": distances.tolist(), "pictures": {name: str(path) for name, path in
+                                                                          paths.items()}}
+
+
+def patch_pictures(model: MaskedPatchPredictor, values: torch.Tensor) -> torch.Tensor:
+    """What the model predicts or targets for k patches, as pixels (b k p p 3): colour classes (b k t) painted
+    over their cells, or the pixel target (b k (p p 3)) as it is."""
+    p = model.patch_size
+    if model.cfg.target == "pixels":
+        return rearrange(values.float(), "b k (p q c) -> b k p q c", p=p, q=p).clamp(0, 1)
+    s = model.cells_per_side
+    colours = rearrange(class_colours(values, model.cfg.colour_bits), "b k (s1 s2) c -> b k s1 s2 c", s1=s)
+    return repeat(colours, "b k s1 s2 c -> b k (s1 r1) (s2 r2) c", r1=p // s, r2=p // s)
+
+
+def mpp_mosaic(model: MaskedPatchPredictor, images: torch.Tensor, corruption: Corruption) -> torch.Tensor:
+    """Rows: the raw images; their corrupted views (a [mask] patch grey, a replaced patch showing the patch whose
+    embedding it received, an unchanged one as it is); every corrupted patch painted with its target; and with the
+    model's prediction. (3 H W), one image per column."""
+    output = model(images, corruption=corruption)
+    p = model.patch_size
+    patches = rearrange(as_rgb(images).float(), "b c (h p) (w q) -> b (h w) p q c", p=p, q=p)
+    rows = torch.arange(len(images), device=images.device)[:, None]  # (b 1), pairs with (b k) positions
+    seen = patches.clone()
+    seen[rows, corruption.positions] = torch.where(
+        (corruption.replacement == MASK)[..., None, None, None], torch.full_like(patches[:1, :1], 0.5),
+        torch.where((corruption.replacement == RANDOM)[..., None, None, None], patches[rows, corruption.sources],
+                    patches[rows, corruption.positions]))
+    painted = []
+    for values in (output.target, output.prediction.argmax(dim=-1) if model.cfg.target != "pixels"
+                   else output.prediction):
+        picture = patches.clone()
+        picture[rows, corruption.positions] = patch_pictures(model, values)
+        painted.append(picture)
+    grid_height = images.shape[-2] // p
+    mosaic = torch.cat([rearrange(x, "b (h w) p q c -> b c (h p) (w q)", h=grid_height) for x in
+                        (patches, seen, *painted)])
+    return image_grid(enlarged(mosaic), columns=len(images))
+
+
+class MPPMosaic:
+    """``mpp_mosaic`` of a fixed set of images under a fixed corruption, every time it is called during training:
+    ``<run>/pictures/mpp_step_<step>.png`` and TensorBoard's ``mpp/mosaic``."""
+
+    def __init__(self, accelerator: Accelerator, model: MaskedPatchPredictor, images: torch.Tensor, run_dir: Path,
+                 seed: int):
+        self.accelerator, self.model, self.run_dir = accelerator, model, run_dir
+        self.images = images.to(accelerator.device)
+        drawn = model.draw_corruption(len(images), generator=torch.Generator().manual_seed(seed))  # on the CPU
+        self.corruption = Corruption(*(part.to(accelerator.device) for part in astuple(drawn)))
+
+    @torch.no_grad()
+    def __call__(self, step: int, images_seen: int) -> None:
+        was_training = self.model.training
+        self.model.eval()
+        with self.accelerator.autocast():
+            mosaic = mpp_mosaic(self.model, self.images, self.corruption)
+        self.model.train(was_training)
+        save_picture(self.accelerator, self.run_dir, f"mpp_step_{step:08d}", "mpp/mosaic", mosaic, images_seen)

@@ -1,0 +1,40 @@
+"""What a pre-training run reports besides its loss, every so many steps (``monitor.*``): few-shot accuracy of the
+encoder as it trains, and for MPP, mosaics of its predictions. ``train`` calls each as ``report(step, images_seen)``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+
+from mpp.config import ConfigError, DataConfig, MonitorConfig, MPPMonitorConfig
+from mpp.data import build_dataset, sample_images
+from mpp.engine import Report
+from mpp.few_shot import FewShotMonitor
+from mpp.inspection import MPPMosaic
+
+
+def pre_training_monitors(accelerator: Accelerator, model: torch.nn.Module, cfg: MonitorConfig, data: DataConfig,
+                          run_dir: Path, seed: int) -> list[Report]:
+    """The reports ``cfg`` asks for, on ``model`` (unwrapped: its ``encoder`` and ``normalise`` are used in place).
+    They read the training split through the evaluation view (no augmentation); built before the run starts, so
+    that data they cannot use (a stream, no labels, too few images per class) is refused before anything is
+    written."""
+    mosaic_every = cfg.mosaic_every if isinstance(cfg, MPPMonitorConfig) else 0
+    if not (cfg.few_shot_every or mosaic_every):
+        return []
+    if data.streaming:
+        raise ConfigError("monitor.few_shot_every and monitor.mosaic_every pick images of the training split by "
+                          "position, which a stream cannot; set them to 0 with data.streaming=true")
+    encoder = model.encoder
+    dataset = build_dataset(data, "train", encoder.patch_embed.img_size[0], encoder.patch_embed.proj.in_channels,
+                            augment=False, seed=seed)
+    reports: list[Report] = []
+    if cfg.few_shot_every:
+        reports.append((cfg.few_shot_every, FewShotMonitor(accelerator, model, dataset, cfg, seed)))
+    if mosaic_every:
+        images = next(iter(sample_images(dataset, cfg.mosaic_images, seed)))
+        reports.append((mosaic_every, MPPMosaic(accelerator, model, images, run_dir, seed)))
+    return reports

@@ -1,0 +1,111 @@
+"""The evaluation entry points (eval/) and the pre-training monitors end to end, through ``accelerate launch`` on the
+CPU: each protocol on a random encoder and on an MPP run, the feature cache, the pictures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from tests.launching import ROOT, TINY, launch
+
+EVAL = ROOT / "eval"
+ENCODER = TINY[:5]  # the model settings of TINY: 16 px, 4 px patches, width 32, 2 blocks
+DATA = ["data.shots_per_class=40", "eval.batch_size=512"]  # 320 shapes training images (8 classes); all 10,000 test
+MONITORED = ["monitor.few_shot_every=3", "monitor.few_shot_shots=2", "monitor.few_shot_test_per_class=5",
+             "monitor.mosaic_every=3", "monitor.mosaic_images=4"]
+
+
+def tags(run_dir: Path) -> dict[str, list[str]]:
+    return EventAccumulator(str(run_dir), size_guidance={"images": 0}).Reload().Tags()
+
+
+@pytest.fixture(scope="module")
+def mpp_run(tmp_path_factory) -> Path:
+    run_dir = tmp_path_factory.mktemp("mpp") / "run"
+    launch(f"output_dir={run_dir}", *TINY, *MONITORED)
+    return run_dir
+
+
+def test_mpp_pre_training_logs_few_shot_accuracy_and_mosaics_as_it_goes(mpp_run):
+    found = tags(mpp_run)
+    assert "few_shot/2shot" in found["scalars"] and "mpp/mosaic" in found["images"]
+    steps = [event.step for event in EventAccumulator(str(mpp_run)).Reload().Scalars("few_shot/2shot")]
+    assert steps == [0, 24, 48]  # before the first step and every 3 steps of 8 images
+    assert sorted(path.name for path in (mpp_run / "pictures").iterdir()) == [
+        "mpp_step_00000000.png", "mpp_step_00000003.png", "mpp_step_00000006.png"]
+
+
+def test_a_monitored_run_trains_exactly_as_an_unmonitored_one(tmp_path, mpp_run):
+    launch(f"output_dir={tmp_path / 'plain'}", *TINY)
+    monitored, plain = (load_file(run / "checkpoints" / "step_00000006" / "model.safetensors")
+                        for run in (mpp_run, tmp_path / "plain"))
+    assert monitored.keys() == plain.keys() and all(monitored[name].equal(plain[name]) for name in plain)
+
+
+def test_a_monitor_that_cannot_have_its_images_stops_the_run_before_it_writes(tmp_path):
+    result = launch(f"output_dir={tmp_path / 'run'}", *TINY, "monitor.few_shot_every=2",
+                    "monitor.few_shot_test_per_class=7000", check=False)
+    assert result.returncode != 0 and "monitor.few_shot_*" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("init", ["random", "mpp"])
+def test_each_protocol_reports_its_accuracy_and_shares_the_cached_features(tmp_path, mpp_run, init):
+    common = [*ENCODER, *DATA, f"eval.feature_cache={tmp_path / 'cache'}"]
+    common += [f"init={mpp_run}"] if init == "mpp" else []
+    few_shot = launch(f"output_dir={tmp_path / 'few_shot'}", "few_shot.shots=[1,5]", "few_shot.seeds=2", *common,
+                      script=EVAL / "few_shot.py")
+    metrics = json.loads((tmp_path / "few_shot" / "metrics.json").read_text())
+    assert set(metrics["few_shot"]) == {"1", "5"} and len(metrics["few_shot"]["5"]["per_seed"]) == 2
+    assert metrics["init"] == (str(mpp_run) if init == "mpp" else None) and metrics["test_images"] == 10_000
+    assert {"few_shot/1shot", "few_shot/5shot"} <= set(tags(tmp_path / "few_shot")["scalars"])
+    assert "test: 10000 features of dimension 32 extracted" in few_shot.stderr
+
+    probe = launch(f"output_dir={tmp_path / 'probe'}", "linear_probe.max_iterations=20", *common,
+                   script=EVAL / "linear_probe.py")
+    metrics = json.loads((tmp_path / "probe" / "metrics.json").read_text())
+    assert 0 <= metrics["linear_probe"]["test_accuracy"] <= 1 and metrics["train_images"] == 320
+    assert "linear_probe/test_accuracy" in tags(tmp_path / "probe")["scalars"]
+    assert "test: 10000 features read from" in probe.stderr  # extracted once, by the few-shot run
+
+    knn = launch(f"output_dir={tmp_path / 'knn'}", "knn.k=5", *common, script=EVAL / "knn.py")
+    metrics = json.loads((tmp_path / "knn" / "metrics.json").read_text())
+    assert 0 <= metrics["knn"]["test_accuracy"] <= 1 and metrics["knn"]["k"] == 5
+    assert "train: 320 features read from" in knn.stderr and "test: 10000 features read from" in knn.stderr
+
+
+def test_two_processes_extract_the_features_one_does(tmp_path, mpp_run):
+    common = [*ENCODER, *DATA, f"init={mpp_run}", "knn.k=5"]
+    launch(f"output_dir={tmp_path / 'one'}", *common, script=EVAL / "knn.py")
+    launch(f"output_dir={tmp_path / 'two'}", *common, script=EVAL / "knn.py", processes=2)
+    for name in ("train", "test"):
+        one, two = (load_file(next((tmp_path / run / "features").glob(f"{name}-*.safetensors")))
+                    for run in ("one", "two"))
+        assert one["labels"].tolist() == two["labels"].tolist()  # same images, same order, none repeated
+        assert (one["features"] - two["features"]).abs().max() < 1e-4
+    accuracies = [json.loads((tmp_path / run / "metrics.json").read_text())["knn"]["test_accuracy"]
+                  for run in ("one", "two")]
+    assert accuracies[0] == accuracies[1]
+
+
+def test_the_inspection_command_writes_every_picture_it_promises(tmp_path, mpp_run):
+    run_dir = tmp_path / "inspect"
+    launch(f"output_dir={run_dir}", f"init={mpp_run}", *ENCODER, "inspect.attention_images=6",
+           "inspect.rollout_images=3", script=EVAL / "inspect_encoder.py")
+    pictures = ["patch_embedding_filters", "position_embedding_similarity", "mean_attention_distance",
+                "attention_rollout"]
+    assert sorted(path.name for path in (run_dir / "pictures").iterdir()) == sorted(f"{p}.png" for p in pictures)
+    assert set(tags(run_dir)["images"]) == {f"inspect/{p}" for p in pictures}
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert len(metrics["mean_attention_distance"]) == 2 and len(metrics["mean_attention_distance"][0]) == 2
+
+
+def test_an_init_that_does_not_fit_is_refused_before_anything_is_written(tmp_path, mpp_run):
+    result = launch(f"output_dir={tmp_path / 'run'}", f"init={mpp_run}", *ENCODER[:1], "model.patch_size=8",
+                    script=EVAL / "few_shot.py", check=False)
+    assert result.returncode != 0 and "model.patch_size=8" in result.stderr
+    assert not (tmp_path / "run").exists()
