@@ -80,18 +80,18 @@ def few_shot_evaluation(
 
 class FewShotMonitor:
     """Few-shot accuracy of a model's encoder on a fixed slice of ``dataset`` (shots, hold-out and test images per
-    class, disjoint, held in memory on the device), for TensorBoard during pre-training."""
+    class, disjoint), for TensorBoard during pre-training. The slice is read from ``dataset`` at every report, a
+    batch at a time, so a large one (many classes) costs loading time, not memory."""
 
     def __init__(self, accelerator: Accelerator, model: torch.nn.Module, dataset: ImageDataset, cfg: MonitorConfig,
-                 seed: int):
+                 seed: int, batch_size: int = 256):
         """``model``: the (unwrapped) model being trained, with ``encoder`` and ``normalise``; ``dataset``: images
         through the evaluation view, labelled."""
-        self.accelerator, self.cfg = accelerator, cfg
+        self.accelerator, self.cfg, self.dataset, self.batch_size = accelerator, cfg, dataset, batch_size
         self.extractor = FeatureExtractor(model.encoder, model.normalise, cfg.features)  # shares the weights
         counts = [cfg.few_shot_shots, cfg.few_shot_holdout_per_class, cfg.few_shot_test_per_class]
-        slices = disjoint_per_class(dataset.labels, counts, seed, "monitor.few_shot_*")
-        self.images, self.labels = dataset.__getitems__(torch.cat(slices).tolist())
-        self.images, self.labels = self.images.to(accelerator.device), self.labels.to(accelerator.device)
+        self.positions = torch.cat(disjoint_per_class(dataset.labels, counts, seed, "monitor.few_shot_*"))
+        self.labels = dataset.labels[self.positions].to(accelerator.device)
         self.bounds = torch.tensor([0] + counts).mul(dataset.num_classes).cumsum(0).tolist()
         self.num_classes = dataset.num_classes
 
@@ -99,9 +99,13 @@ class FewShotMonitor:
     def __call__(self, step: int, images_seen: int) -> None:
         was_training = self.extractor.encoder.training
         self.extractor.eval()
-        with self.accelerator.autocast():
-            features = torch.cat([self.extractor(batch) for batch in self.images.split(256)])
+        features = []
+        for batch in self.positions.split(self.batch_size):
+            images = self.dataset.__getitems__(batch.tolist())[0].to(self.accelerator.device)
+            with self.accelerator.autocast():
+                features.append(self.extractor(images))
         self.extractor.train(was_training)
+        features = torch.cat(features)
         shots, holdout, test = ((features[a:b], self.labels[a:b]) for a, b in zip(self.bounds, self.bounds[1:]))
         score, _ = ridge_accuracy(shots, holdout, test, self.num_classes, DEFAULT_L2_GRID)
         self.accelerator.log({f"few_shot/{self.cfg.few_shot_shots}shot": score}, step=images_seen)
