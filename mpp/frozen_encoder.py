@@ -64,7 +64,7 @@ class EvaluationRun:
             stored = load_file(path, device=str(self.accelerator.device))
             logger.info("%s: %d features read from %s", name, len(stored["labels"]), path)
             return stored["features"], stored["labels"]
-        features, labels = extract_features(self.accelerator, self.extractor, dataset, cfg.eval.batch_size, cfg)
+        features, labels = extract_features(self.accelerator, self.extractor, dataset, cfg)
         if self.accelerator.is_main_process:
             cache.mkdir(parents=True, exist_ok=True)
             partial = path.with_suffix(".partial")
@@ -128,10 +128,11 @@ def feature_fingerprint(extractor: FeatureExtractor, dataset: ImageDataset) -> s
 
 
 @torch.no_grad()
-def extract_features(accelerator: Accelerator, extractor: nn.Module, dataset: ImageDataset, batch_size: int,
-                     cfg: EvaluationRunConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """(n d) features and (n) labels of every image of ``dataset``, in order; each process extracts its share."""
-    loader = build_loader(dataset, batch_size, cfg.data, train=False, device_type=accelerator.device.type,
+def extract_features(accelerator: Accelerator, extractor: nn.Module, dataset: ImageDataset, cfg: EvaluationRunConfig
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n d) features and (n) labels of every image of ``dataset``, in order; each process extracts its share of
+    ``cfg.eval.batch_size`` batches."""
+    loader = build_loader(dataset, cfg.eval.batch_size, cfg.data, train=False, device_type=accelerator.device.type,
                           local_processes=local_processes(accelerator))
     features, labels = [], []
     for images, batch_labels in prepare_loader(accelerator, loader):
