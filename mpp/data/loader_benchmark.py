@@ -16,7 +16,6 @@ import io
 import itertools
 import json
 import pickle
-import statistics
 import tempfile
 import time
 import warnings
@@ -26,12 +25,12 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
+from mpp.benchmark import measure
 from mpp.config import DataConfig, MPPRunConfig, build_config
 from mpp.data import build_dataset, build_loader
 from mpp.data.fashion_mnist import DEFAULT_DIR as FASHION_MNIST_DIR
 from mpp.data.shapes import ShapesSource
 from mpp.encoder import create_encoder
-from mpp.masked_patch_prediction import MaskedPatchPredictor
 
 DEFAULT_PRESET = Path(__file__).parents[2] / "recipes" / "configs" / "mpp_tiny_cpu.yaml"
 FILE_IMAGES = 2048  # images written for the file-based sources
@@ -115,27 +114,6 @@ def loader_throughput(data: DataConfig, image_size: int, batch_size: int, worker
     return images_per_second(build_loader(dataset, batch_size, cfg, train=True), batch_size, seconds)
 
 
-def training_throughput(run: MPPRunConfig, batch_size: int, steps: int = 10, repeats: int = 3) -> float:
-    """The preset's MPP training step (forward, backward, AdamW) on one batch, median of ``repeats`` timings."""
-    model = MaskedPatchPredictor(create_encoder(run.model), run.mpp, run.data.mean, run.data.std)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=run.train.lr, fused=True)  # as the recipe's
-    images = torch.rand(batch_size, run.model.in_chans, *model.encoder.patch_embed.img_size)
-
-    def step() -> None:
-        model(images).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    step()  # warm-up
-    timings = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(steps):
-            step()
-        timings.append(time.perf_counter() - start)
-    return steps * batch_size / statistics.median(timings)
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", type=Path, default=DEFAULT_PRESET, help="preset giving image size and batch")
@@ -162,7 +140,8 @@ def main(argv: list[str] | None = None) -> dict:
                      for workers in args.workers}
             results["loading"][name] = rates
             print(f"| {name} | " + " | ".join(f"{rate:,.0f}" for rate in rates.values()) + " |", flush=True)
-    results["training_images_per_second"] = training_throughput(run, batch)
+    results["training_images_per_second"] = measure("mpp", str(args.config), batch, "fp32", steps=10, repeats=3,
+                                                    warmup=1, compile_model=False)["images_per_second"]
     print(f"training step ({args.config.name}, MPP, batch {batch}): "
           f"{results['training_images_per_second']:,.0f} images/s")
     if args.json:

@@ -1,0 +1,40 @@
+"""The performance benchmark: its FLOP count is the analytic one, and it measures every row it can and writes the
+table (timings themselves are printed, never asserted)."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+import yaml
+
+from mpp.benchmark import build_model, forward_flops, main, peer_available
+from mpp.config import MPPRunConfig, build_config
+
+TINY_MODEL = {"name": "vit_tiny_patch16_224", "img_size": 16, "patch_size": 4, "embed_dim": 32, "depth": 2,
+              "num_heads": 2}
+
+
+def test_the_flop_count_is_every_matmul_attention_included():
+    run = build_config(MPPRunConfig, overrides=[f"model.{key}={value}" for key, value in TINY_MODEL.items()])
+    model = build_model("supervised", run)
+    batch, d, tokens, patches, depth = 3, 32, 17, 16, 2
+    linear = depth * (3 * d * d + d * d + 2 * 4 * d * d) * tokens + patches * (3 * 4 * 4) * d + d * d + d * 1000
+    attention = depth * 2 * tokens * tokens * d  # q k^T and attention x v
+    images, labels = torch.rand(batch, 3, 16, 16), torch.randint(0, 1000, (batch,))
+    assert forward_flops(model, images, labels) == 2 * batch * (linear + attention)  # 2 FLOPs per multiply-add
+
+
+def test_the_benchmark_measures_each_row_and_writes_the_table(tmp_path, capsys):
+    preset = tmp_path / "tiny.yaml"
+    preset.write_text(yaml.safe_dump({"model": TINY_MODEL}))
+    results = main(["--config", str(preset), "--batch", "4", "--steps", "1", "--repeats", "1", "--warmup", "1",
+                    "--json", str(tmp_path / "table.json")])
+    expected = {"supervised", "mpp"} | ({"vit-pytorch"} if peer_available() else set())
+    assert set(results["rows"]) == expected
+    for row in results["rows"].values():
+        assert row["images_per_second"] > 0 and row["peak_memory_bytes"] > 0 and row["training_flops_per_image"] > 0
+    assert results["mpp_over_supervised"] == results["rows"]["mpp"]["images_per_second"] / results["rows"][
+        "supervised"]["images_per_second"]
+    assert json.loads((tmp_path / "table.json").read_text()) == results
+    assert "| mpp |" in capsys.readouterr().out
