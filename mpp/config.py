@@ -141,6 +141,8 @@ class TrainConfig:
     optimizer: Literal["adamw", "sgd"] = "adamw"  # Adam with decoupled weight decay, or SGD (fine-tuning, Sec. 3.2)
     momentum: float = 0.9  # sgd only
     mixed_precision: Literal["no", "bf16", "fp16"] = "no"
+    compile: bool = False  # torch.compile the model (accelerate's "inductor" backend): a slow start, faster steps on
+    # a GPU; false leaves it to `accelerate launch --dynamo_backend` (off unless asked)
     cpu_threads: int = 0  # on a CPU: threads per process; 0 shares the cores among this machine's processes
     log_every: int = 50  # steps between TensorBoard points (the only steps that synchronise with the device)
     checkpoint_every: int = 5_000  # steps between checkpoints; one is always written at the end

@@ -61,14 +61,16 @@ def describe_plan(plan: BatchPlan, cfg: TrainConfig) -> str:
         f"global batch {plan.global_batch_size} = {plan.micro_batch_size} per pass x {plan.num_processes} "
         f"process(es) x {plan.accumulation_steps} accumulation step(s); {cfg.steps} steps "
         f"({cfg.steps * plan.global_batch_size} images); peak lr {cfg.lr:.2e}, {cfg.warmup_steps} warm-up steps, "
-        f"{cfg.decay} decay"
+        f"{cfg.decay} decay" + ("; compiled with torch.compile (inductor)" if cfg.compile else "")
     )
 
 
-def create_accelerator(mixed_precision: str, seed: int, output_dir: str) -> Accelerator:
-    """The one Accelerator of a run: mixed precision, seeded data order, TensorBoard in the run directory."""
+def create_accelerator(mixed_precision: str, seed: int, output_dir: str, compile_model: bool = False) -> Accelerator:
+    """The one Accelerator of a run: mixed precision, optionally torch.compile (applied by ``prepare``), seeded data
+    order, TensorBoard in the run directory."""
     return Accelerator(
         mixed_precision=mixed_precision,
+        dynamo_backend="inductor" if compile_model else None,
         gradient_accumulation_plugin=GradientAccumulationPlugin(sync_with_dataloader=False),  # steps: train()
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=seed),
         log_with="tensorboard",

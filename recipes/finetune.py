@@ -42,7 +42,7 @@ logger = logging.getLogger("mpp.recipes.finetune")
 
 
 def main(cfg: FinetuneRunConfig) -> dict[str, Any]:
-    accelerator = create_accelerator(cfg.train.mixed_precision, cfg.seed, cfg.output_dir)
+    accelerator = create_accelerator(cfg.train.mixed_precision, cfg.seed, cfg.output_dir, cfg.train.compile)
     configure_logging()
     run_dir = resolve_output_dir(cfg.output_dir, prefix="finetune")
     plan = plan_batches(cfg.train, accelerator.num_processes)

@@ -38,7 +38,7 @@ logger = logging.getLogger("mpp.recipes.supervised")
 
 
 def main(cfg: SupervisedRunConfig) -> dict[str, Any]:
-    accelerator = create_accelerator(cfg.train.mixed_precision, cfg.seed, cfg.output_dir)
+    accelerator = create_accelerator(cfg.train.mixed_precision, cfg.seed, cfg.output_dir, cfg.train.compile)
     configure_logging()
     run_dir = resolve_output_dir(cfg.output_dir, prefix="supervised")
     plan = plan_batches(cfg.train, accelerator.num_processes)

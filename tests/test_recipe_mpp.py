@@ -77,6 +77,19 @@ def test_resuming_from_a_checkpoint_gives_the_uninterrupted_result(run, tmp_path
     assert all(torch.equal(straight[key], resumed[key]) for key in straight)  # data, corruption, lr, Adam: all resumed
 
 
+def test_a_compiled_run_checkpoints_the_eager_model_and_resumes_exactly(run, tmp_path):
+    compiled = tmp_path / "compiled"
+    result = launch(f"output_dir={compiled}", *TINY, "train.compile=true")
+    assert "compiled with torch.compile (inductor)" in result.stderr
+    straight = load_file(compiled / "checkpoints" / "step_00000006" / "model.safetensors")
+    assert straight.keys() == load_file(run / "checkpoints" / "step_00000006" / "model.safetensors").keys()
+    for later in ("checkpoints/step_00000006", "export", "metrics.json"):
+        shutil.rmtree(compiled / later) if (compiled / later).is_dir() else (compiled / later).unlink()
+    launch(f"output_dir={compiled}", *TINY, "train.compile=true", "--resume")
+    resumed = load_file(compiled / "checkpoints" / "step_00000006" / "model.safetensors")
+    assert all(torch.equal(straight[key], resumed[key]) for key in straight)
+
+
 def test_an_earlier_run_is_never_overwritten_silently(run):
     before = {path: path.stat().st_mtime_ns for path in run.rglob("*")}
     result = launch(f"output_dir={run}", *TINY, check=False)
