@@ -121,8 +121,8 @@ def measure(row: str, preset: str, batch: int, precision: str, steps: int, repea
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(0)
     model = build_model(row, run).to(device).train()
-    images = torch.rand(batch, run.model.in_chans, run.model.img_size or 224, run.model.img_size or 224,
-                        device=device)
+    size = create_encoder(run.model).patch_embed.img_size  # the preset's, or its architecture's default
+    images = torch.rand(batch, run.model.in_chans, *size, device=device)
     labels = torch.randint(0, 1000, (batch,), device=device)
     flops = forward_flops(model, images, labels)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # as the recipes' (create_optimizer)
@@ -211,9 +211,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def print_table(results: dict[str, Any], run: MPPRunConfig) -> None:
-    print(f"{run.model.name} at {run.model.img_size} px, patch {run.model.patch_size}, depth {run.model.depth}; "
-          f"batch {results['batch_size']}, {results['precision']}, compile {results['compile']}; "
-          f"{results['device']}")
+    encoder = create_encoder(run.model)
+    print(f"{run.model.name}: width {encoder.embed_dim}, depth {len(encoder.blocks)}, "
+          f"{encoder.patch_embed.img_size[0]} px, patch {encoder.patch_embed.patch_size[0]}; batch "
+          f"{results['batch_size']}, {results['precision']}, compile {results['compile']}; {results['device']}")
     print("| step | images/s | peak memory (MiB) | GFLOPs per image | MFU |")
     print("|---|---:|---:|---:|---:|")
     for row, result in results["rows"].items():
