@@ -36,6 +36,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from mpp.config import ClassifierConfig, MPPRunConfig, build_config
 from mpp.encoder import create_encoder
+from mpp.optimizer import create_optimizer
 
 DEFAULT_PRESET = Path(__file__).parents[1] / "recipes" / "configs" / "mpp_tiny_cpu.yaml"
 PEER_VERSION = "1.16.0"
@@ -125,7 +126,7 @@ def measure(row: str, preset: str, batch: int, precision: str, steps: int, repea
     images = torch.rand(batch, run.model.in_chans, *size, device=device)
     labels = torch.randint(0, 1000, (batch,), device=device)
     flops = forward_flops(model, images, labels)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)  # as the recipes' (create_optimizer)
+    optimizer = create_optimizer(model, run.train)  # the recipes' fused AdamW, weight-decay groups included
     trained = torch.compile(model) if compile_model else model
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
