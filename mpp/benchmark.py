@@ -12,11 +12,15 @@ Rows, all on the preset's encoder, image size and batch:
   ``pip install vit-pytorch==1.16.0``, the newest release whose MPP still runs with its ViT (from 1.16.1 its ViT's
   [class] token is 2-D and MPP's ``repeat`` fails).
 
-Each row is measured in a fresh process, so its peak memory is its own: CUDA's peak allocation on a GPU, the
-process's peak resident set on a CPU (which includes the ~0.5 GB of the imported libraries). Throughput is the
-median of ``--repeats`` timings of ``--steps`` steps, after ``--warmup`` steps. FLOPs per image are 3x the forward
-pass's (backward costs twice the forward), as counted by torch's FlopCounterMode: every matmul and convolution,
-attention's included. Utilisation divides the achieved FLOP rate by the device's dense bf16 peak where it is known.
+Each row runs in a process of its own, so its peak memory is its own: CUDA's peak allocation on a GPU, the
+process's peak resident set on a CPU (which includes the ~0.5 GB of the imported libraries). The processes live
+side by side (on a GPU their memory adds up: choose ``--batch`` to fit three) and take turns: after ``--warmup``
+steps each, every row times ``--steps`` steps, then the next row does, ``--repeats`` times round. Throughput is the
+median of a row's timings; interleaving them puts a drift in the machine's speed on every row alike.
+
+FLOPs per image are 3x the forward pass's (backward costs twice the forward), as counted by torch's
+FlopCounterMode: every matmul and convolution, attention's included. Utilisation divides the achieved FLOP rate by
+the device's dense bf16 peak where it is known.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ import multiprocessing
 import resource
 import statistics
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -99,52 +104,63 @@ def forward_flops(model: torch.nn.Module, images: torch.Tensor, labels: torch.Te
     return counter.get_total_flops()
 
 
-def timed(step: Callable[[], None], steps: int, repeats: int, warmup: int, device: torch.device) -> float:
-    """Median seconds per step over ``repeats`` timings of ``steps`` steps."""
-    synchronise = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for _ in range(warmup):
-        step()
-    synchronise()
-    timings = []
-    for _ in range(repeats):
+class TrainingStep:
+    """One row's training step on synthetic images, built and warmed up in the calling process."""
+
+    def __init__(self, row: str, preset: str, batch: int, precision: str, warmup: int, compile_model: bool) -> None:
+        run = build_config(MPPRunConfig, preset)
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.batch = batch
+        torch.manual_seed(0)
+        model = build_model(row, run).to(self.device).train()
+        size = create_encoder(run.model).patch_embed.img_size  # the preset's, or its architecture's default
+        images = torch.rand(batch, run.model.in_chans, *size, device=self.device)
+        labels = torch.randint(0, 1000, (batch,), device=self.device)
+        self.flops_per_image = 3 * forward_flops(model, images, labels) / batch
+        optimizer = create_optimizer(model, run.train)  # the recipes' fused AdamW, weight-decay groups included
+        trained = torch.compile(model) if compile_model else model
+        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+        def step() -> None:
+            with autocast:
+                loss = loss_of(trained(images, labels))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        self.step = step
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        for _ in range(warmup):
+            step()
+        self.synchronise()
+
+    def synchronise(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def seconds_per_step(self, steps: int) -> float:
         start = time.perf_counter()
         for _ in range(steps):
-            step()
-        synchronise()
-        timings.append((time.perf_counter() - start) / steps)
-    return statistics.median(timings)
+            self.step()
+        self.synchronise()
+        return (time.perf_counter() - start) / steps
+
+    def summary(self) -> dict[str, Any]:
+        """Peak memory so far, FLOPs per image and the device."""
+        peak = (torch.cuda.max_memory_allocated() if self.device.type == "cuda"
+                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+        return {"peak_memory_bytes": peak, "training_flops_per_image": self.flops_per_image,
+                "device": device_name(self.device)}
 
 
 def measure(row: str, preset: str, batch: int, precision: str, steps: int, repeats: int, warmup: int,
             compile_model: bool) -> dict[str, Any]:
-    """One row, in the calling process: images/s, peak memory, FLOPs per image."""
-    run = build_config(MPPRunConfig, preset)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    torch.manual_seed(0)
-    model = build_model(row, run).to(device).train()
-    size = create_encoder(run.model).patch_embed.img_size  # the preset's, or its architecture's default
-    images = torch.rand(batch, run.model.in_chans, *size, device=device)
-    labels = torch.randint(0, 1000, (batch,), device=device)
-    flops = forward_flops(model, images, labels)
-    optimizer = create_optimizer(model, run.train)  # the recipes' fused AdamW, weight-decay groups included
-    trained = torch.compile(model) if compile_model else model
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
-
-    def step() -> None:
-        with autocast:
-            loss = loss_of(trained(images, labels))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    seconds = timed(step, steps, repeats, warmup, device)
-    peak = (torch.cuda.max_memory_allocated() if device.type == "cuda"
-            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
-    return {"images_per_second": batch / seconds, "peak_memory_bytes": peak,
-            "training_flops_per_image": 3 * flops / batch, "device": device_name(device)}
+    """One row, in the calling process: images/s (median of the repeats), peak memory, FLOPs per image."""
+    step = TrainingStep(row, preset, batch, precision, warmup, compile_model)
+    seconds = statistics.median(step.seconds_per_step(steps) for _ in range(repeats))
+    return {"images_per_second": batch / seconds, **step.summary()}
 
 
 def device_name(device: torch.device) -> str:
@@ -155,19 +171,41 @@ def peak_flops(name: str) -> float | None:
     return next((peak for key, peak in PEAK_BF16_FLOPS.items() if key in name), None)
 
 
-def _measure_in_child(queue: multiprocessing.Queue, args: tuple) -> None:
-    queue.put(measure(*args))
+def _serve_row(connection: Connection, args: tuple) -> None:
+    """A row's own process: build and warm up, then time ``steps`` steps each time the parent sends a number, and
+    answer ``None`` with the summary."""
+    step = TrainingStep(*args)
+    connection.send("ready")
+    while (steps := connection.recv()) is not None:
+        connection.send(step.seconds_per_step(steps))
+    connection.send(step.summary())
 
 
-def measure_in_fresh_process(*args: Any) -> dict[str, Any]:
-    """``measure(*args)`` in a new process, so that its peak memory is its own."""
+def measure_interleaved(rows: list[str], args: tuple, batch: int, steps: int, repeats: int) -> dict[str, Any]:
+    """Every row in a process of its own, so that its peak memory is its own, timed in turn: repeat r of every row
+    runs before repeat r + 1 of any, so a drift in the machine's speed (a shared host, clocks) reaches all rows alike
+    instead of whichever ran last. ``args``: TrainingStep's arguments after the row."""
     context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    child = context.Process(target=_measure_in_child, args=(queue, args))
-    child.start()
-    result = queue.get()
-    child.join()
-    return result
+    connections, processes = {}, []
+    for row in rows:
+        connections[row], child = context.Pipe()
+        processes.append(context.Process(target=_serve_row, args=(child, (row, *args))))
+        processes[-1].start()
+    for connection in connections.values():  # all built and warmed up before the first timing
+        connection.recv()
+    timings: dict[str, list[float]] = {row: [] for row in rows}
+    for _ in range(repeats):
+        for row, connection in connections.items():
+            connection.send(steps)
+            timings[row].append(connection.recv())
+    results = {}
+    for row, connection in connections.items():
+        connection.send(None)
+        results[row] = {"images_per_second": batch / statistics.median(timings[row]), **connection.recv(),
+                        "seconds_per_step": timings[row]}
+    for process in processes:
+        process.join()
+    return results
 
 
 def peer_available() -> bool:
@@ -192,11 +230,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     run = build_config(MPPRunConfig, args.config)
     batch = args.batch or run.train.micro_batch_size or run.train.global_batch_size
     rows = [row for row in ROWS if row != "vit-pytorch" or peer_available()]
+    measured = measure_interleaved(rows, (str(args.config), batch, args.precision, args.warmup, args.compile), batch,
+                                   args.steps, args.repeats)
     results: dict[str, Any] = {"preset": str(args.config), "batch_size": batch, "precision": args.precision,
-                               "compile": args.compile, "rows": {}}
-    for row in rows:
-        results["rows"][row] = measure_in_fresh_process(row, str(args.config), batch, args.precision, args.steps,
-                                                        args.repeats, args.warmup, args.compile)
+                               "compile": args.compile, "rows": measured}
     device = results["device"] = results["rows"]["mpp"]["device"]
     peak = peak_flops(device)
     for row, result in results["rows"].items():

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-from einops import repeat
 
 # What a corrupted position receives.
 MASK, RANDOM, UNCHANGED = 0, 1, 2
@@ -58,15 +57,32 @@ def draw_corruption(
     return Corruption(positions=positions, replacement=replacement, sources=sources)
 
 
+def select_patches(values: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """(b n ...) values per patch, (b k) positions -> (b k ...) the values at those positions of each image.
+
+    One ``index_select`` on the batch flattened to rows: with its backward (``index_add``) it took 0.6 ms where
+    ``gather`` took 2.0 ms on this package's CPU benchmark (64 images of 64 patches, width 192).
+    """
+    b, n = values.shape[:2]
+    rows = positions + n * torch.arange(b, device=positions.device).unsqueeze(1)
+    return values.flatten(0, 1).index_select(0, rows.flatten()).view(*positions.shape, *values.shape[2:])
+
+
 def corrupt_patch_embeddings(
     embeddings: torch.Tensor, mask_embedding: torch.Tensor, corruption: Corruption
 ) -> torch.Tensor:
-    """Apply ``corruption`` to patch embeddings (b n d); the mask embedding is (d,). Returns a new tensor."""
-    dim = embeddings.shape[-1]
-    positions = repeat(corruption.positions, "b k -> b k d", d=dim)
-    original = embeddings.gather(1, positions)
-    other = embeddings.gather(1, repeat(corruption.sources, "b k -> b k d", d=dim))
-    replacement = corruption.replacement.unsqueeze(-1)
-    corrupted = torch.where(replacement == RANDOM, other, original)
-    corrupted = torch.where(replacement == MASK, mask_embedding.to(embeddings.dtype), corrupted)
-    return embeddings.scatter(1, positions, corrupted)
+    """Apply ``corruption`` to patch embeddings (b n d); the mask embedding is (d,). Returns a new tensor.
+
+    Every output row is a row of one table, the batch's patch embeddings followed by the mask embedding: its own,
+    another patch's of its image, or the mask. So one ``index_select`` builds the corrupted batch and one
+    ``index_add`` is its backward, instead of gathers, selects and a scatter (11.8 -> 1.6 ms forward and backward
+    in the setting of ``select_patches``).
+    """
+    b, n, d = embeddings.shape
+    first_row = n * torch.arange(b, device=embeddings.device).unsqueeze(1)  # (b 1)
+    kind = corruption.replacement
+    source = torch.where(kind == RANDOM, corruption.sources, corruption.positions) + first_row
+    source = source.masked_fill(kind == MASK, b * n)  # the table's last row
+    rows = (torch.arange(n, device=embeddings.device) + first_row).scatter(1, corruption.positions, source)
+    table = torch.cat([embeddings.flatten(0, 1), mask_embedding.to(embeddings.dtype).unsqueeze(0)])
+    return table.index_select(0, rows.flatten()).view(b, n, d)

@@ -11,12 +11,12 @@ from typing import Iterable, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
-from einops import rearrange, repeat
+from einops import rearrange
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 from mpp.config import ConfigError, MPPConfig
-from mpp.corruption import Corruption, corrupt_patch_embeddings, draw_corruption
+from mpp.corruption import Corruption, corrupt_patch_embeddings, draw_corruption, select_patches
 from mpp.encoder import InputNormalisation
 from mpp.targets import colour_targets, num_colour_classes, pixel_targets, quantise_colours
 
@@ -128,13 +128,10 @@ class MaskedPatchPredictor(nn.Module):
         if corruption is None:
             corruption = self.draw_corruption(images.shape[0])
         tokens = self.encode(images, corruption)
-        dim = tokens.shape[-1]
-        corrupted_tokens = tokens.gather(1, repeat(corruption.positions, "b k -> b k d", d=dim))
-        prediction = self.head(corrupted_tokens)
+        prediction = self.head(select_patches(tokens, corruption.positions))
         if self.cfg.target != "pixels":
             prediction = rearrange(prediction, "b k (t c) -> b k t c", t=self.cells_per_side**2)
-        targets = self.targets(images)
-        target = targets.gather(1, repeat(corruption.positions, "b k -> b k t", t=targets.shape[-1]))
+        target = select_patches(self.targets(images), corruption.positions)
         loss, accuracy = self.loss(prediction, target)
         return MPPOutput(loss=loss, accuracy=accuracy, prediction=prediction, target=target, corruption=corruption)
 

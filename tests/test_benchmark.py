@@ -4,6 +4,7 @@ table (timings themselves are printed, never asserted)."""
 from __future__ import annotations
 
 import json
+import statistics
 
 import torch
 import yaml
@@ -28,12 +29,14 @@ def test_the_flop_count_is_every_matmul_attention_included():
 def test_the_benchmark_measures_each_row_and_writes_the_table(tmp_path, capsys):
     preset = tmp_path / "tiny.yaml"
     preset.write_text(yaml.safe_dump({"model": TINY_MODEL}))
-    results = main(["--config", str(preset), "--batch", "4", "--steps", "1", "--repeats", "1", "--warmup", "1",
+    results = main(["--config", str(preset), "--batch", "4", "--steps", "1", "--repeats", "3", "--warmup", "1",
                     "--json", str(tmp_path / "table.json")])
     expected = {"supervised", "mpp"} | ({"vit-pytorch"} if peer_available() else set())
     assert set(results["rows"]) == expected
     for row in results["rows"].values():
-        assert row["images_per_second"] > 0 and row["peak_memory_bytes"] > 0 and row["training_flops_per_image"] > 0
+        assert row["peak_memory_bytes"] > 0 and row["training_flops_per_image"] > 0
+        assert len(row["seconds_per_step"]) == 3  # one timing per round of the interleaved repeats
+        assert row["images_per_second"] == 4 / statistics.median(row["seconds_per_step"])
     assert results["mpp_over_supervised"] == results["rows"]["mpp"]["images_per_second"] / results["rows"][
         "supervised"]["images_per_second"]
     assert json.loads((tmp_path / "table.json").read_text()) == results

@@ -3,7 +3,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mpp.corruption import MASK, RANDOM, UNCHANGED, corrupt_patch_embeddings, draw_corruption, num_corrupted
+from mpp.corruption import (
+    MASK,
+    RANDOM,
+    UNCHANGED,
+    corrupt_patch_embeddings,
+    draw_corruption,
+    num_corrupted,
+    select_patches,
+)
 
 
 @pytest.mark.parametrize(
@@ -64,6 +72,7 @@ def test_each_kind_of_corruption_writes_what_it_should():
     assert random.any()
     assert (matches[random].sum(dim=-1) == 1).all()
     assert (matches[random].float().argmax(dim=-1) != corruption.positions[random]).all()
+    assert torch.equal(received[random], embeddings[rows, corruption.sources][random])  # the drawn source's
     assert (kind == MASK).any() and (kind == UNCHANGED).any()
 
 
@@ -72,9 +81,21 @@ def test_gradients_reach_the_mask_embedding_and_the_patch_embeddings():
     mask_embedding = torch.randn(8, requires_grad=True)
     corruption = draw_corruption(4, 16, 0.5, generator=torch.Generator().manual_seed(4))
     corrupt_patch_embeddings(embeddings, mask_embedding, corruption).sum().backward()
-    masked = int((corruption.replacement == MASK).sum())
-    assert torch.equal(mask_embedding.grad, torch.full((8,), float(masked)))
-    assert embeddings.grad.abs().sum() > 0
+    kind = corruption.replacement
+    assert torch.equal(mask_embedding.grad, torch.full((8,), float((kind == MASK).sum())))
+    # Each patch's gradient counts the outputs that read its embedding: itself unless masked or replaced, plus each
+    # position that received it as a random replacement.
+    reads = torch.ones(4, 16).scatter(1, corruption.positions, (kind == UNCHANGED).float())
+    reads = reads.scatter_add(1, corruption.sources, (kind == RANDOM).float())
+    assert torch.equal(embeddings.grad, reads.unsqueeze(-1).expand(4, 16, 8))
+
+
+@pytest.mark.parametrize("shape", [(), (3,), (4, 2)])
+def test_select_patches_picks_each_images_own_positions(shape):
+    values = torch.randn(5, 16, *shape)
+    positions = draw_corruption(5, 16, 0.5, generator=torch.Generator().manual_seed(6)).positions
+    rows = torch.arange(5)[:, None].expand_as(positions)
+    assert torch.equal(select_patches(values, positions), values[rows, positions])
 
 
 def test_same_generator_seed_same_draw_and_at_least_one_patch():
