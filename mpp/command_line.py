@@ -10,6 +10,7 @@ from typing import Any, Callable
 from mpp.config import ConfigError, parse_command_line
 from mpp.non_finite import NonFiniteStep
 from mpp.preemption import Preempted
+from mpp.reproduction import RunFailed
 from mpp.run_directory import RunDirectoryError
 
 
@@ -17,7 +18,7 @@ def run_recipe(main: Callable[[Any], Any], config_class: type, default_preset: P
     """``main(config)`` from ``sys.argv``: ``[--config FILE] [--resume] [key=value ...]``."""
     try:
         main(parse_command_line(config_class, sys.argv[1:], default_preset, description=description))
-    except (ConfigError, RunDirectoryError, NonFiniteStep) as error:
+    except (ConfigError, RunDirectoryError, NonFiniteStep, RunFailed) as error:
         sys.exit(f"error: {error}")
     except Preempted as stop:
         print(stop, file=sys.stderr)

@@ -410,6 +410,36 @@ class InspectionRunConfig(EvaluationRunConfig):
     inspect: InspectionConfig = field(default_factory=InspectionConfig)
 
 
+@dataclass
+class ReproductionConfig:
+    """recipes/reproduce.py: the paper's MPP findings (Sec. 4.6) tested as a grid of runs of the other recipes, every
+    row once per seed. Each list holds ``key=value`` overrides of the stage presets."""
+
+    output_dir: str = "runs/reproduce"  # one folder per run inside, then results.md, results.json and the plots
+    seeds: tuple[int, ...] = (0, 1, 2)  # each seed repeats everything: pre-training, labelled subset, fine-tuning
+    parallel_runs: int = 1  # runs at once; on a CPU they share its cores equally
+    launcher: tuple[str, ...] = ()  # the command each run's script follows, e.g. [accelerate, launch]; empty: python
+    mpp_preset: str = "recipes/configs/mpp_fashion_mnist_cpu.yaml"
+    supervised_preset: str = "recipes/configs/supervised_fashion_mnist_cpu.yaml"
+    finetune_preset: str = "recipes/configs/finetune_fashion_mnist_cpu.yaml"
+    few_shot_preset: str = "recipes/configs/eval_fashion_mnist_cpu.yaml"
+    encoder: tuple[str, ...] = ()  # every run: the one encoder all rows share (model.*)
+    pretraining: tuple[str, ...] = ()  # the MPP and supervised runs (train.*, data.*, monitor.*)
+    mpp: tuple[str, ...] = ()  # the MPP runs only, before each variant's own target and corruption rate
+    finetune: tuple[str, ...] = ()
+    few_shot: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"seeds={list(self.seeds)} must list at least one seed, each once")
+        if self.parallel_runs < 1:
+            raise ConfigError(f"parallel_runs={self.parallel_runs} must be at least 1")
+        for name in ("mpp_preset", "supervised_preset", "finetune_preset", "few_shot_preset"):
+            if not Path(getattr(self, name)).is_file():
+                raise ConfigError(f"{name}={getattr(self, name)} does not exist; give a preset from recipes/configs/ "
+                                  "(paths are relative to the current directory)")
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Building a config from presets and overrides
 

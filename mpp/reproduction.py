@@ -1,0 +1,321 @@
+"""The paper's masked patch prediction findings (Sec. 4.6, App. B.1.2), tested with this package's own recipes.
+
+Four claims: MPP pre-training beats training from scratch after fine-tuning; it stays behind supervised
+pre-training; the L2 pixel target is slightly worse than the colour targets; a 15% corruption rate is slightly
+worse than 50%. Each row of the grid below is pre-trained (or not), then fine-tuned on a few labels and scored by
+few-shot linear regression on its frozen features, once per seed. Every run is an ordinary run of a recipe in a
+subprocess, with a command line a researcher can rerun alone, and its own run directory under ``output_dir``.
+
+An experiment that stopped is continued by running the same command again: finished runs (those with a
+``metrics.json``) are kept, interrupted training runs resume from their checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+import yaml
+
+from mpp.config import ConfigError, ReproductionConfig, config_to_dict
+
+logger = logging.getLogger(__name__)
+SCRIPTS = {"mpp": "recipes/mpp.py", "supervised": "recipes/supervised.py", "finetune": "recipes/finetune.py",
+           "few_shot": "eval/few_shot.py"}  # relative to the repository root
+ROOT = Path(__file__).resolve().parents[1]
+PLAN_FILE = "reproduce.yaml"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One starting point of the comparison."""
+
+    name: str
+    label: str
+    pretraining: Optional[str]  # "mpp", "supervised", or None: a randomly initialised encoder
+    overrides: tuple[str, ...] = ()  # of the pre-training run
+
+
+ROWS = (
+    Row("scratch", "from scratch", None),
+    Row("mpp-colour-50", "MPP, 3-bit mean colour, 50%", "mpp", ("mpp.target=mean_colour", "mpp.corruption_rate=0.5")),
+    Row("mpp-downsampled-50", "MPP, downsized patch, 50%", "mpp",
+        ("mpp.target=downsampled", "mpp.corruption_rate=0.5")),
+    Row("mpp-pixels-50", "MPP, L2 pixels, 50%", "mpp", ("mpp.target=pixels", "mpp.corruption_rate=0.5")),
+    Row("mpp-colour-15", "MPP, 3-bit mean colour, 15%", "mpp", ("mpp.target=mean_colour", "mpp.corruption_rate=0.15")),
+    Row("supervised", "supervised, all labels", "supervised"),
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One recipe run of the grid."""
+
+    name: str  # <stage>/<row>-seed<seed>, also its directory under output_dir
+    stage: str  # "pretrain", "finetune" or "few_shot"
+    command: tuple[str, ...]
+    after: Optional[str]  # the run whose output it starts from
+
+    def directory(self, output_dir: Path) -> Path:
+        return output_dir / self.name
+
+
+def plan_runs(cfg: ReproductionConfig) -> list[Run]:
+    """Every run of the experiment, pre-training runs first, each after the run it starts from."""
+    output_dir = Path(cfg.output_dir)
+    launcher = list(cfg.launcher) or [sys.executable]
+    threads = max(1, len(os.sched_getaffinity(0)) // cfg.parallel_runs) if not torch.cuda.is_available() else 0
+    presets = {"mpp": cfg.mpp_preset, "supervised": cfg.supervised_preset, "finetune": cfg.finetune_preset,
+               "few_shot": cfg.few_shot_preset}
+    overrides = {"mpp": (*cfg.pretraining, *cfg.mpp), "supervised": cfg.pretraining, "finetune": cfg.finetune,
+                 "few_shot": cfg.few_shot}
+
+    def command(script: str, name: str, seed: int, *extra: str) -> tuple[str, ...]:
+        cpu = [f"{'eval' if script == 'few_shot' else 'train'}.cpu_threads={threads}"] if threads else []
+        # A training run continues from its checkpoints; an evaluation has none and starts again.
+        again = "overwrite=true" if script == "few_shot" else "resume=auto"
+        return (*launcher, str(ROOT / SCRIPTS[script]), "--config", presets[script], *cfg.encoder,
+                *overrides[script], *extra, *cpu, f"seed={seed}", f"output_dir={output_dir / name}", again)
+
+    pretraining, evaluation = [], []
+    for seed in cfg.seeds:
+        for row in ROWS:
+            source = f"pretrain/{row.name}-seed{seed}" if row.pretraining else None
+            if source:
+                pretraining.append(Run(source, "pretrain", command(row.pretraining, source, seed, *row.overrides),
+                                       after=None))
+            init = (f"init={output_dir / source}",) if source else ()
+            for stage, extra in (("finetune", (f"data.subset_seed={seed}", *init)), ("few_shot", init)):
+                name = f"{stage}/{row.name}-seed{seed}"
+                evaluation.append(Run(name, stage, command(stage, name, seed, *extra), source))
+    return pretraining + evaluation
+
+
+class RunFailed(RuntimeError):
+    """A run of the grid exited with an error."""
+
+
+def claim_experiment(cfg: ReproductionConfig) -> Path:
+    """``output_dir`` for this experiment: new, or holding one with the same settings (to continue it)."""
+    output_dir = Path(cfg.output_dir)
+    plan = output_dir / PLAN_FILE
+    settings = config_to_dict(cfg)
+    if plan.is_file() and yaml.safe_load(plan.read_text()) != settings:
+        raise ConfigError(f"output_dir {output_dir} holds an experiment with other settings ({plan}); choose another "
+                          "output_dir, or delete that one to start again")
+    if not plan.is_file() and output_dir.is_dir() and any(output_dir.iterdir()):
+        raise ConfigError(f"output_dir {output_dir} is not empty and holds no {PLAN_FILE}; choose another output_dir")
+    (output_dir / "console").mkdir(parents=True, exist_ok=True)
+    plan.write_text(yaml.safe_dump(settings, sort_keys=False))
+    return output_dir
+
+
+def execute(runs: list[Run], output_dir: Path, parallel_runs: int) -> None:
+    """Run every run not yet finished, ``parallel_runs`` at a time, each once the run it starts from has finished.
+    Each run's console output goes to ``console/<stage>-<row>-seed<seed>.txt``. A failed run stops only the runs
+    that start from it; ``RunFailed`` names it once every other run has ended."""
+    finished = {run.name for run in runs if (run.directory(output_dir) / "metrics.json").is_file()}
+    waiting = [run for run in runs if run.name not in finished]
+    logger.info("%d runs, %d already finished", len(runs), len(finished))
+    failed: list[str] = []
+    with ThreadPoolExecutor(parallel_runs) as pool:
+        under_way: dict[Future, Run] = {}
+        while waiting or under_way:
+            ready = [run for run in waiting if run.after is None or run.after in finished]
+            for run in ready[: parallel_runs - len(under_way)]:
+                waiting.remove(run)
+                under_way[pool.submit(run_one, run, output_dir)] = run
+            if not under_way:
+                break  # only runs after a failed one are left: they cannot start
+            done, _ = wait(under_way, return_when=FIRST_COMPLETED)
+            for future in done:
+                run = under_way.pop(future)
+                if future.result() == 0:
+                    finished.add(run.name)
+                else:
+                    failed.append(f"{run.name} (exit {future.result()}; see {console_path(run, output_dir)})")
+    if failed:
+        raise RunFailed("runs failed: " + "; ".join(failed) + ". Running the same command again continues the "
+                        "experiment from where it stopped")
+
+
+def console_path(run: Run, output_dir: Path) -> Path:
+    return output_dir / "console" / f"{run.name.replace('/', '-')}.txt"
+
+
+def run_one(run: Run, output_dir: Path) -> int:
+    logger.info("start %s: %s", run.name, " ".join(run.command))
+    with console_path(run, output_dir).open("a") as console:
+        code = subprocess.run(run.command, stdout=console, stderr=subprocess.STDOUT, cwd=Path.cwd()).returncode
+    logger.info("%s %s", "done" if code == 0 else f"FAILED (exit {code})", run.name)
+    return code
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def read_metrics(directory: Path) -> dict[str, Any]:
+    return json.loads((directory / "metrics.json").read_text())
+
+
+def few_shot_curve(directory: Path, shots: int) -> list[tuple[int, float]]:
+    """(images seen, accuracy) of a pre-training run's few-shot monitor, from its TensorBoard events."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logging.getLogger("tensorboard").setLevel(logging.WARNING)  # a line per event file read otherwise
+    events = EventAccumulator(str(directory), size_guidance={"scalars": 0})
+    events.Reload()
+    tag = f"few_shot/{shots}shot"
+    if tag not in events.Tags()["scalars"]:
+        return []
+    points = {event.step: event.value for event in events.Scalars(tag)}  # a resumed run logs its last report again
+    return sorted(points.items())
+
+
+def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
+    """Every row's figures over the seeds: fine-tuning test accuracy, few-shot accuracy per number of shots, and
+    the few-shot monitor's curve during pre-training (where it ran)."""
+    output_dir = Path(cfg.output_dir)
+    rows = {}
+    for row in ROWS:
+        finetune = [read_metrics(output_dir / f"finetune/{row.name}-seed{seed}")["test_accuracy"]
+                    for seed in cfg.seeds]
+        few_shot_runs = [read_metrics(output_dir / f"few_shot/{row.name}-seed{seed}")["few_shot"]
+                         for seed in cfg.seeds]
+        few_shot = {shots: [run[shots]["mean"] for run in few_shot_runs] for shots in few_shot_runs[0]}
+        curves, monitor_shots = {}, None
+        for seed in cfg.seeds if row.pretraining else ():
+            pretraining = output_dir / f"pretrain/{row.name}-seed{seed}"
+            monitor = yaml.safe_load((pretraining / "config.yaml").read_text())["monitor"]
+            if monitor["few_shot_every"]:
+                monitor_shots = monitor["few_shot_shots"]
+                curves[seed] = few_shot_curve(pretraining, monitor_shots)
+        rows[row.name] = {"label": row.label, "pretraining": row.pretraining, "finetune_accuracy": finetune,
+                          "few_shot_accuracy": few_shot, "few_shot_during_pretraining": curves,
+                          "few_shot_during_pretraining_shots": monitor_shots}
+    return {"seeds": list(cfg.seeds), "rows": rows}
+
+
+# The paper's claims (Sec. 4.6), each as (claim, the row it says is better, the row it says is worse).
+CLAIMS = (
+    ("MPP pre-training beats training from scratch", "mpp-colour-50", "scratch"),
+    ("supervised pre-training beats MPP", "supervised", "mpp-colour-50"),
+    ("the mean-colour target beats L2 pixel regression", "mpp-colour-50", "mpp-pixels-50"),
+    ("the downsized-patch target beats L2 pixel regression", "mpp-downsampled-50", "mpp-pixels-50"),
+    ("50% corruption beats 15%", "mpp-colour-50", "mpp-colour-15"),
+)
+
+
+def percent(values: list[float]) -> str:
+    mean, std = mean_std([100 * value for value in values])
+    return f"{mean:.1f} ± {std:.1f}"
+
+
+def claim_cell(better: list[float], worse: list[float]) -> str:
+    """The paired difference better - worse over the seeds, in points, and whether it points the paper's way."""
+    mean, std = mean_std([100 * (b - w) for b, w in zip(better, worse)])
+    verdict = "agrees" if mean > 0 else "disagrees"
+    return f"{mean:+.1f} ± {std:.1f}, {verdict}" + (" (within seed noise)" if abs(mean) <= std else "")
+
+
+def results_table(results: dict[str, Any], labelled: str) -> str:
+    """Markdown: every row's accuracies (mean ± standard deviation over the seeds, in %), then each claim."""
+    rows = results["rows"]
+    shots = list(next(iter(rows.values()))["few_shot_accuracy"])
+    lines = [f"| Starting point | Fine-tuned, {labelled} | " + " | ".join(f"{k}-shot" for k in shots) + " |",
+             "|---|---:|" + "---:|" * len(shots)]
+    for row in rows.values():
+        lines.append(f"| {row['label']} | {percent(row['finetune_accuracy'])} | "
+                     + " | ".join(percent(row["few_shot_accuracy"][k]) for k in shots) + " |")
+    lines += ["", "| The paper's claim | Fine-tuned | " + " | ".join(f"{k}-shot" for k in shots) + " |",
+              "|---|---|" + "---|" * len(shots)]
+    for claim, better, worse in CLAIMS:
+        cells = [claim_cell(rows[better]["finetune_accuracy"], rows[worse]["finetune_accuracy"])]
+        cells += [claim_cell(rows[better]["few_shot_accuracy"][k], rows[worse]["few_shot_accuracy"][k]) for k in shots]
+        lines.append(f"| {claim} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+COLOURS = {None: "C7", "mpp": "C0", "supervised": "C1"}  # bars by kind of pre-training
+
+
+def plot_results(results: dict[str, Any], output_dir: Path) -> list[Path]:
+    """finetune_accuracy.png (every row, each seed a dot) and few_shot_during_pretraining.png (where monitored)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = list(results["rows"].values())
+    figure, axes = plt.subplots(figsize=(7, 3.6), layout="constrained")
+    for y, row in enumerate(rows):
+        values = [100 * value for value in row["finetune_accuracy"]]
+        mean, std = mean_std(values)
+        axes.barh(y, mean, xerr=std, color=COLOURS[row["pretraining"]], alpha=0.6, capsize=3)
+        axes.plot(values, [y] * len(values), "k.", markersize=5)
+    axes.set_yticks(range(len(rows)), [row["label"] for row in rows])
+    axes.invert_yaxis()
+    axes.set_xlabel(f"test accuracy after fine-tuning (%), {len(results['seeds'])} seeds")
+    low = min(100 * min(row["finetune_accuracy"]) for row in rows)
+    axes.set_xlim(max(0.0, low - 10), None)
+    paths = [output_dir / "finetune_accuracy.png"]
+    figure.savefig(paths[0], dpi=120)
+    plt.close(figure)
+
+    monitored = [row for row in rows if row["few_shot_during_pretraining"]]
+    if monitored:
+        figure, axes = plt.subplots(figsize=(7, 3.6), layout="constrained")
+        for row in monitored:
+            curves = list(row["few_shot_during_pretraining"].values())
+            length = min(len(curve) for curve in curves)
+            images = [point[0] for point in curves[0][:length]]
+            means = [100 * statistics.fmean(curve[i][1] for curve in curves) for i in range(length)]
+            axes.plot(images, means, marker=".", label=row["label"])
+        axes.set_xlabel("pre-training images seen")
+        axes.set_ylabel(f"{monitored[0]['few_shot_during_pretraining_shots']}-shot accuracy (%), "
+                        f"mean of {len(results['seeds'])} seeds")
+        # The monitor scores a slice of the training split, whose labels supervised pre-training has trained on.
+        axes.set_title("during pre-training, on a fixed slice of the training split", fontsize="medium")
+        axes.legend(fontsize="small")
+        paths.append(output_dir / "few_shot_during_pretraining.png")
+        figure.savefig(paths[-1], dpi=120)
+        plt.close(figure)
+    return paths
+
+
+def write_results(cfg: ReproductionConfig) -> dict[str, Any]:
+    """results.json (every seed's figures), results.md (the table) and the plots, in ``output_dir``."""
+    output_dir = Path(cfg.output_dir)
+    results = collect_results(cfg)
+    finetune = yaml.safe_load((output_dir / f"finetune/scratch-seed{cfg.seeds[0]}/config.yaml").read_text())
+    labelled = f"{finetune['data']['shots_per_class']} labels per class"
+    table = results_table(results, labelled)
+    (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (output_dir / "results.md").write_text(table)
+    results["table"] = table
+    results["plots"] = [str(path) for path in plot_results(results, output_dir)]
+    return results
+
+
+def reproduce(cfg: ReproductionConfig) -> dict[str, Any]:
+    """The whole experiment: every run not yet finished, then the table and the plots."""
+    start = time.perf_counter()
+    output_dir = claim_experiment(cfg)
+    runs = plan_runs(cfg)
+    execute(runs, output_dir, cfg.parallel_runs)
+    results = write_results(cfg)
+    minutes = (time.perf_counter() - start) / 60
+    logger.info("results in %s (%s), plots %s; this invocation took %.1f minutes\n%s", output_dir / "results.md",
+                output_dir / "results.json", ", ".join(results["plots"]), minutes, results["table"])
+    return results

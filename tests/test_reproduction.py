@@ -1,0 +1,162 @@
+"""The reproduction experiment (recipes/reproduce.py): the grid of runs it plans, the order it runs them in, how it
+continues after a stop, the table it writes, and the whole experiment end to end on tiny runs."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mpp.config import (
+    ConfigError,
+    FewShotRunConfig,
+    FinetuneRunConfig,
+    MPPRunConfig,
+    ReproductionConfig,
+    SupervisedRunConfig,
+    build_config,
+)
+from mpp.reproduction import ROWS, Run, RunFailed, claim_experiment, execute, plan_runs, results_table
+from tests.launching import ROOT
+
+CONFIGS = ROOT / "recipes" / "configs"
+TINY_PRESETS = {"mpp_preset": "mpp_tiny_cpu.yaml", "supervised_preset": "supervised_tiny_cpu.yaml",
+                "finetune_preset": "finetune_tiny_cpu.yaml", "few_shot_preset": "eval_tiny_cpu.yaml"}
+TINY = {  # every run a few steps of a one-block ViT on 16x16 shapes
+    **{key: str(CONFIGS / name) for key, name in TINY_PRESETS.items()},
+    "encoder": ["model.img_size=16", "model.embed_dim=16", "model.depth=1", "model.num_heads=2"],
+    "pretraining": ["train.steps=4", "train.global_batch_size=8", "train.warmup_steps=1", "train.log_every=2",
+                    "train.checkpoint_every=4", "monitor.few_shot_every=2", "monitor.few_shot_shots=2",
+                    "monitor.few_shot_test_per_class=4"],
+    "mpp": ["mpp.downsampled_size=2"],
+    "finetune": ["train.steps=4", "train.global_batch_size=8", "train.warmup_steps=1", "train.log_every=2",
+                 "data.shots_per_class=4"],
+    "few_shot": ["few_shot.shots=[1,2]", "few_shot.seeds=2", "few_shot.holdout_per_class=2"],
+    "parallel_runs": 2,
+}
+RECIPE_CONFIGS = {"mpp.py": MPPRunConfig, "supervised.py": SupervisedRunConfig, "finetune.py": FinetuneRunConfig,
+                  "few_shot.py": FewShotRunConfig}
+
+
+def tiny_config(tmp_path: Path, **changes) -> ReproductionConfig:
+    preset = tmp_path / "reproduce.yaml"
+    preset.write_text(yaml.safe_dump({**TINY, "output_dir": str(tmp_path / "experiment"), **changes}))
+    return build_config(ReproductionConfig, preset)
+
+
+def test_the_plan_runs_every_row_for_every_seed_each_after_its_own_pre_training(tmp_path):
+    cfg = tiny_config(tmp_path, seeds=[3, 7])
+    runs = plan_runs(cfg)
+    stages = [run.stage for run in runs]
+    assert stages == sorted(stages, key=lambda stage: stage != "pretrain")  # pre-training runs start first
+    pretrained = [row for row in ROWS if row.pretraining]
+    assert len(runs) == 2 * (len(pretrained) + 2 * len(ROWS))
+    by_name = {run.name: run for run in runs}
+    for seed in (3, 7):
+        for row in ROWS:
+            source = f"pretrain/{row.name}-seed{seed}" if row.pretraining else None
+            for stage in ("finetune", "few_shot"):
+                run = by_name[f"{stage}/{row.name}-seed{seed}"]
+                assert run.after == source
+                inits = [arg for arg in run.command if arg.startswith("init=")]
+                assert inits == ([f"init={cfg.output_dir}/{source}"] if source else [])
+            if row.pretraining:
+                assert set(row.overrides) <= set(by_name[source].command)
+    for run in runs:  # every command is a valid command line of its recipe
+        config = build_config(RECIPE_CONFIGS[Path(run.command[1]).name], run.command[3], run.command[4:])
+        assert config.output_dir == f"{cfg.output_dir}/{run.name}" and config.seed in (3, 7)
+        if run.stage == "finetune":
+            assert config.data.subset_seed == config.seed  # each seed its own labelled subset
+
+
+@pytest.mark.parametrize("preset", sorted(CONFIGS.glob("reproduce_*.yaml")), ids=lambda path: path.stem)
+def test_every_shipped_experiment_plans_runs_its_recipes_accept(preset, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the presets name the stage presets from the repository root, as the README runs them
+    runs = plan_runs(build_config(ReproductionConfig, preset))
+    for run in runs:
+        script = next(Path(arg) for arg in run.command if arg.endswith(".py"))
+        arguments = run.command[run.command.index(str(script)) + 1:]
+        build_config(RECIPE_CONFIGS[script.name], arguments[1], arguments[2:])
+
+
+def fake_run(name: str, output_dir: Path, after: str | None = None, exit_code: int = 0) -> Run:
+    """A run that appends its name to output_dir/order.txt, then writes its metrics (or fails)."""
+    directory = output_dir / name
+    script = (f"import pathlib; pathlib.Path({str(output_dir / 'order.txt')!r}).open('a').write({name!r} + '\\n'); "
+              f"d = pathlib.Path({str(directory)!r}); d.mkdir(parents=True, exist_ok=True); "
+              + (f"raise SystemExit({exit_code})" if exit_code else "(d / 'metrics.json').write_text('{}')"))
+    return Run(name, "pretrain", (sys.executable, "-c", script), after)
+
+
+def test_runs_wait_for_their_source_a_failure_stops_its_dependents_and_a_rerun_continues(tmp_path):
+    (tmp_path / "console").mkdir()
+    order = tmp_path / "order.txt"
+    runs = [fake_run("a", tmp_path), fake_run("b", tmp_path, exit_code=3), fake_run("c", tmp_path, after="a"),
+            fake_run("d", tmp_path, after="b")]
+    with pytest.raises(RunFailed, match=r"b \(exit 3; see .*console/b.txt\)"):
+        execute(runs, tmp_path, parallel_runs=1)
+    ran = order.read_text().split()
+    assert "d" not in ran and ran.index("c") > ran.index("a")
+    order.unlink()
+    runs[1] = fake_run("b", tmp_path)  # the cause fixed: the same command again runs only what is left
+    execute(runs, tmp_path, parallel_runs=2)
+    assert order.read_text().split() == ["b", "d"]
+
+
+def test_an_experiment_continues_only_with_its_own_settings(tmp_path):
+    cfg = tiny_config(tmp_path)
+    claim_experiment(cfg)
+    claim_experiment(cfg)  # the same settings: continued
+    with pytest.raises(ConfigError, match="holds an experiment with other settings"):
+        claim_experiment(tiny_config(tmp_path, seeds=[0, 1]))
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("not an experiment")
+    with pytest.raises(ConfigError, match="is not empty"):
+        claim_experiment(tiny_config(tmp_path, output_dir=str(tmp_path / "other")))
+
+
+def test_the_table_gives_mean_and_deviation_and_judges_each_claim_by_paired_differences():
+    def row(label, finetune, few_shot):
+        return {"label": label, "finetune_accuracy": finetune, "few_shot_accuracy": {"5": few_shot}}
+
+    rows = {"scratch": row("from scratch", [0.40, 0.50], [0.30, 0.30]),
+            "mpp-colour-50": row("MPP colour 50", [0.60, 0.62], [0.30, 0.32]),
+            "mpp-downsampled-50": row("MPP down", [0.60, 0.60], [0.30, 0.30]),
+            "mpp-pixels-50": row("MPP pixels", [0.70, 0.70], [0.30, 0.30]),
+            "mpp-colour-15": row("MPP 15", [0.50, 0.70], [0.30, 0.30]),
+            "supervised": row("supervised", [0.80, 0.80], [0.50, 0.50])}
+    table = results_table({"seeds": [0, 1], "rows": rows}, "4 labels per class")
+    assert "| Starting point | Fine-tuned, 4 labels per class | 5-shot |" in table
+    assert "| from scratch | 45.0 ± 7.1 | 30.0 ± 0.0 |" in table
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()}
+    assert "+16.0 ± 5.7, agrees |" in lines["MPP pre-training beats training from scratch"]  # pairs: +20, +12
+    assert "-9.0 ± 1.4, disagrees |" in lines["the mean-colour target beats L2 pixel regression"]
+    assert "+1.0 ± 12.7, agrees (within seed noise)" in lines["50% corruption beats 15%"]
+
+
+def test_the_whole_experiment_runs_writes_its_table_and_plots_and_a_rerun_redoes_nothing(tmp_path):
+    preset = tmp_path / "reproduce.yaml"
+    output_dir = tmp_path / "experiment"
+    preset.write_text(yaml.safe_dump({**TINY, "seeds": [0], "output_dir": str(output_dir)}))
+    command = [sys.executable, str(ROOT / "recipes" / "reproduce.py"), "--config", str(preset)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = len(ROWS) * 2 + sum(1 for row in ROWS if row.pretraining)
+    assert f"{runs} runs, 0 already finished" in result.stderr
+    table = (output_dir / "results.md").read_text()
+    for row in ROWS:
+        assert re.search(rf"\| {re.escape(row.label)} \| [\d.]+ ± 0\.0 \| [\d.]+ ± 0\.0 \| [\d.]+ ± 0\.0 \|", table)
+    results = json.loads((output_dir / "results.json").read_text())
+    curve = results["rows"]["mpp-colour-50"]["few_shot_during_pretraining"]["0"]
+    assert [images for images, _ in curve] == [0, 16, 32]  # before the first step and every 2 steps of 8 images
+    assert results["rows"]["scratch"]["few_shot_during_pretraining"] == {}
+    for plot in ("finetune_accuracy.png", "few_shot_during_pretraining.png"):
+        assert (output_dir / plot).read_bytes().startswith(b"\x89PNG")
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and f"{runs} runs, {runs} already finished" in again.stderr
+    assert "start " not in again.stderr
