@@ -8,7 +8,6 @@ sweep share the parent run's events file.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -27,7 +26,7 @@ from mpp.data.transforms import ImageView
 from mpp.engine import Report, local_processes, plan_batches, train
 from mpp.evaluation import top1_accuracy
 from mpp.optimizer import create_optimizer
-from mpp.run_directory import write_metrics
+from mpp.run_directory import read_metrics, write_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -102,8 +101,9 @@ def sweep_learning_rates(
     scores = {}
     for lr in sweep.sweep_lrs:
         point_dir = run_dir / "sweep" / f"lr_{lr:g}"
-        if (point_dir / "metrics.json").is_file():
-            scores[lr] = json.loads((point_dir / "metrics.json").read_text())[score]
+        finished = read_metrics(point_dir)
+        if finished is not None:
+            scores[lr] = finished[score]
             continue
         point_dir.mkdir(parents=True, exist_ok=True)
         checkpoint = resume_checkpoint("auto" if config.resume else "", point_dir)

@@ -28,6 +28,7 @@ import torch
 import yaml
 
 from mpp.config import ConfigError, ReproductionConfig, config_to_dict
+from mpp.run_directory import read_metrics
 
 logger = logging.getLogger(__name__)
 SCRIPTS = {"mpp": "recipes/mpp.py", "supervised": "recipes/supervised.py", "finetune": "recipes/finetune.py",
@@ -124,7 +125,7 @@ def execute(runs: list[Run], output_dir: Path, parallel_runs: int) -> None:
     """Run every run not yet finished, ``parallel_runs`` at a time, each once the run it starts from has finished.
     Each run's console output goes to ``console/<stage>-<row>-seed<seed>.txt``. A failed run stops only the runs
     that start from it; ``RunFailed`` names it once every other run has ended."""
-    finished = {run.name for run in runs if (run.directory(output_dir) / "metrics.json").is_file()}
+    finished = {run.name for run in runs if read_metrics(run.directory(output_dir)) is not None}
     waiting = [run for run in runs if run.name not in finished]
     logger.info("%d runs, %d already finished", len(runs), len(finished))
     failed: list[str] = []
@@ -156,17 +157,13 @@ def console_path(run: Run, output_dir: Path) -> Path:
 def run_one(run: Run, output_dir: Path) -> int:
     logger.info("start %s: %s", run.name, " ".join(run.command))
     with console_path(run, output_dir).open("a") as console:
-        code = subprocess.run(run.command, stdout=console, stderr=subprocess.STDOUT, cwd=Path.cwd()).returncode
+        code = subprocess.run(run.command, stdout=console, stderr=subprocess.STDOUT).returncode
     logger.info("%s %s", "done" if code == 0 else f"FAILED (exit {code})", run.name)
     return code
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
-
-
-def read_metrics(directory: Path) -> dict[str, Any]:
-    return json.loads((directory / "metrics.json").read_text())
 
 
 def few_shot_curve(directory: Path, shots: int) -> list[tuple[int, float]]:

@@ -9,7 +9,7 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from accelerate import PartialState
 from accelerate.utils import broadcast_object_list
@@ -79,6 +79,12 @@ def log_to_file(run_dir: Path) -> None:
         handler = logging.FileHandler(run_dir / "log.txt")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logging.getLogger().addHandler(handler)
+
+
+def read_metrics(run_dir: Path) -> Optional[dict[str, Any]]:
+    """A finished run's ``metrics.json`` (written last, whole or not at all), or None if the run has not finished."""
+    path = run_dir / "metrics.json"
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def write_metrics(run_dir: Path, metrics: dict[str, Any]) -> None:
