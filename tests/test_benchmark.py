@@ -9,7 +9,7 @@ import statistics
 import torch
 import yaml
 
-from mpp.benchmark import build_model, forward_flops, main, peer_available
+from mpp.benchmark.training_step import build_model, forward_flops, main, peer_available
 from mpp.config import MPPRunConfig, build_config
 
 TINY_MODEL = {"name": "vit_tiny_patch16_224", "img_size": 16, "patch_size": 4, "embed_dim": 32, "depth": 2,

@@ -1,7 +1,7 @@
 """Does loading keep up with training? Decoded and augmented images per second for every source, at several worker
 counts, next to the training step's images per second for the same preset.
 
-    python -m mpp.data.loader_benchmark [--config recipes/configs/<preset>.yaml] [--workers 0 1 2 4] [--json FILE]
+    python -m mpp.benchmark.loading [--config recipes/configs/<preset>.yaml] [--workers 0 1 2 4] [--json FILE]
 
 Sources whose data this machine lacks are written first to a temporary folder in their real format, from the
 embedded shapes: CIFAR pickles (raw pixels), a folder of JPEG files, and the same JPEGs as a Hugging Face dataset
@@ -25,14 +25,13 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from mpp.benchmark import measure
+from mpp.benchmark.training_step import DEFAULT_PRESET, measure
 from mpp.config import DataConfig, MPPRunConfig, build_config
 from mpp.data import build_dataset, build_loader
 from mpp.data.fashion_mnist import DEFAULT_DIR as FASHION_MNIST_DIR
 from mpp.data.shapes import ShapesSource
 from mpp.encoder import create_encoder
 
-DEFAULT_PRESET = Path(__file__).parents[2] / "recipes" / "configs" / "mpp_tiny_cpu.yaml"
 FILE_IMAGES = 2048  # images written for the file-based sources
 FILE_IMAGE_SIZE = 128  # their side in pixels: decoding costs more than for 32x32 arrays, as with real photos
 
@@ -115,8 +114,10 @@ def loader_throughput(data: DataConfig, image_size: int, batch_size: int, worker
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", type=Path, default=DEFAULT_PRESET, help="preset giving image size and batch")
+    parser = argparse.ArgumentParser(prog="python -m mpp.benchmark.loading", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", type=Path, default=DEFAULT_PRESET,
+                        help=f"preset giving image size and batch (default: {DEFAULT_PRESET})")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2, 4])
     parser.add_argument("--seconds", type=float, default=3.0, help="loading time measured per cell")
     parser.add_argument("--json", type=Path, help="also write the table here")

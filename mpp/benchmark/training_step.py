@@ -43,7 +43,7 @@ from mpp.config import ClassifierConfig, MPPRunConfig, build_config
 from mpp.encoder import create_encoder
 from mpp.optimizer import create_optimizer
 
-DEFAULT_PRESET = Path(__file__).parents[1] / "recipes" / "configs" / "mpp_tiny_cpu.yaml"
+DEFAULT_PRESET = Path("recipes/configs/mpp_tiny_cpu.yaml")  # from the repository root, as the README runs it
 PEER_VERSION = "1.16.0"
 ROWS = ("supervised", "mpp", "vit-pytorch")
 PEAK_BF16_FLOPS = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}  # dense, SXM; matched in the device name
@@ -217,8 +217,10 @@ def peer_available() -> bool:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", type=Path, default=DEFAULT_PRESET, help="MPP preset: encoder, image size")
+    parser = argparse.ArgumentParser(prog="python -m mpp.benchmark", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", type=Path, default=DEFAULT_PRESET,
+                        help=f"MPP preset: encoder, image size (default: {DEFAULT_PRESET})")
     parser.add_argument("--batch", type=int, help="images per step (default: the preset's micro or global batch)")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--steps", type=int, default=10, help="steps per timing")
@@ -263,6 +265,3 @@ def print_table(results: dict[str, Any], run: MPPRunConfig) -> None:
           + (f"; MPP / vit-pytorch: {results['mpp_over_vit_pytorch']:.2f}" if results["mpp_over_vit_pytorch"]
              else f"; vit-pytorch not installed (pip install vit-pytorch=={PEER_VERSION})"))
 
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,9 @@
+"""Benchmarks: tools beside the library that measure it, and that nothing in it imports.
+
+- ``python -m mpp.benchmark`` (``training_step.py``): the training step's images/s, peak memory and FLOP utilisation,
+  for supervised, MPP and vit-pytorch's MPP, timed in turn.
+- ``python -m mpp.benchmark.loading`` (``loading.py``): images/s of every data source at several worker counts,
+  next to the training step.
+
+Run them from the repository root: their default preset is ``recipes/configs/mpp_tiny_cpu.yaml``.
+"""
