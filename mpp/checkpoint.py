@@ -24,14 +24,13 @@ from timm.models import save_for_hf
 from timm.models.vision_transformer import VisionTransformer
 from timm.utils import ModelEmaV3
 
-from mpp.config import ConfigError, config_to_dict, save_config
+from mpp.config import ConfigError, TrainingRunConfig, config_to_dict, save_config
 
 CHECKPOINTS_DIR = "checkpoints"
 EXPORT_DIR = "export"
 STATE_FILE = "trainer_state.json"
 AVERAGED_FILE = "averaged_model.safetensors"
 PARTIAL_SUFFIX = ".partial"
-RESUME_MUST_MATCH = ("model", "mpp")  # config sections a resumed MPP run may not change
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:
@@ -95,13 +94,13 @@ def resume_checkpoint(resume: str, run_dir: Path) -> Optional[Path]:
     return path
 
 
-def check_resume_compatible(checkpoint: Path, config: Any, sections: Sequence[str] = RESUME_MUST_MATCH) -> None:
-    """Refuse to resume a checkpoint whose model or objective differs from the current config: each of ``sections``
-    (a config section, or a top-level key such as ``init``) must be as it was."""
+def check_resume_compatible(checkpoint: Path, config: TrainingRunConfig) -> None:
+    """Refuse to resume a checkpoint whose model or objective differs from the current config: each section (or
+    top-level key, such as ``init``) of the config's ``RESUME_MUST_MATCH`` must be as it was."""
     saved = yaml.safe_load((checkpoint / "config.yaml").read_text())
     current = config_to_dict(config)
     changed = []
-    for section in sections:
+    for section in config.RESUME_MUST_MATCH:
         now, then = current[section], saved.get(section)
         if isinstance(now, dict):
             pairs = [(f"{section}.{key}", value, (then or {}).get(key)) for key, value in now.items()]

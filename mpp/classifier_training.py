@@ -86,7 +86,6 @@ def sweep_learning_rates(
     train_set: ImageDataset,
     eval_view: ImageView,
     run_dir: Path,
-    resume_must_match: Sequence[str],
 ) -> dict[float, float]:
     """The held-out accuracy of each learning rate of ``config.finetune.sweep_lrs`` (App. B.1.1): each trains a
     ``fresh_model()`` on ``train_set`` less a seeded slice of it and is scored on that slice, seen through
@@ -108,7 +107,7 @@ def sweep_learning_rates(
         point_dir.mkdir(parents=True, exist_ok=True)
         checkpoint = resume_checkpoint("auto" if config.resume else "", point_dir)
         if checkpoint is not None:
-            check_resume_compatible(checkpoint, config, resume_must_match)
+            check_resume_compatible(checkpoint, config)
         metrics = train_classifier(accelerator, fresh_model(), sweep_train, holdout, "holdout", config, lr, point_dir,
                                    checkpoint, sweep.ema_decay, log_prefix=f"sweep/lr_{lr:g}/")
         write_metrics(point_dir, metrics)

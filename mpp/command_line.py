@@ -7,18 +7,15 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from mpp.config import ConfigError, parse_command_line
-from mpp.non_finite import NonFiniteStep
+from mpp.config import RunError, parse_command_line
 from mpp.preemption import Preempted
-from mpp.reproduction import RunFailed
-from mpp.run_directory import RunDirectoryError
 
 
 def run_recipe(main: Callable[[Any], Any], config_class: type, default_preset: Path, description: str) -> None:
     """``main(config)`` from ``sys.argv``: ``[--config FILE] [--resume] [key=value ...]``."""
     try:
         main(parse_command_line(config_class, sys.argv[1:], default_preset, description=description))
-    except (ConfigError, RunDirectoryError, NonFiniteStep, RunFailed) as error:
+    except RunError as error:
         sys.exit(f"error: {error}")
     except Preempted as stop:
         print(stop, file=sys.stderr)

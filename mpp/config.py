@@ -14,13 +14,25 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, ClassVar, Literal, NamedTuple, Optional
 
 import yaml
 
 
-class ConfigError(ValueError):
+class RunError(Exception):
+    """A run cannot start or go on, for a reason the user can act on; the message says what to do. Entry points print
+    it as one line, ``error: <message>``, and exit with status 1 (mpp/command_line.py)."""
+
+
+class ConfigError(RunError, ValueError):
     """A configuration value or key that cannot be used; the message names it and the fix."""
+
+
+class DataError(ConfigError):
+    """Data that cannot be read as asked; the message names the path or column and how to fix it."""
+
+
+Pooling = Literal["token", "avg"]  # the [class] token's output after the final norm, or the patch tokens' mean (D.3)
 
 
 @dataclass
@@ -44,6 +56,37 @@ class ModelConfig:
                 f"choose an image size that is a multiple of the patch size, e.g. "
                 f"model.img_size={self.img_size // self.patch_size * self.patch_size or self.patch_size}"
             )
+
+
+class SourceKind(NamedTuple):
+    location: Literal["none", "optional", "required"]  # what may follow "<kind>:"
+    usage: str
+
+
+# data.source=<kind>[:<location>]. Each kind has one reader, in mpp/data/sources.py.
+SOURCE_KINDS = {
+    "shapes": SourceKind("none", "shapes, the embedded procedurally drawn data (no argument)"),
+    "fashion-mnist": SourceKind("optional", "fashion-mnist[:<dir>], the IDX files (default: the Debian package's "
+                                            "directory)"),
+    "cifar10": SourceKind("required", "cifar10:<dir>, the python pickles (cifar-10-batches-py/)"),
+    "cifar100": SourceKind("required", "cifar100:<dir>, the python pickles (cifar-100-python/)"),
+    "folder": SourceKind("required", "folder:<dir>, class_name/image files"),
+    "hf": SourceKind("required", "hf:<name-or-path>, anything datasets.load_dataset takes, or a directory written by "
+                                 "save_to_disk"),
+}
+
+
+def parse_source(source: str) -> tuple[str, str]:
+    """``"kind:location"`` -> (kind, location); the location may be empty only where the kind has a default."""
+    kind, _, location = source.partition(":")
+    if kind not in SOURCE_KINDS:
+        raise DataError(f"data.source={source!r}: unknown source {kind!r}; valid sources:\n  "
+                        + "\n  ".join(known.usage for known in SOURCE_KINDS.values()))
+    if SOURCE_KINDS[kind].location == "none" and location:
+        raise DataError(f"data.source={source!r}: the {kind} source takes no argument; use data.source={kind}")
+    if SOURCE_KINDS[kind].location == "required" and not location:
+        raise DataError(f"data.source={source!r} needs a location: {SOURCE_KINDS[kind].usage}")
+    return kind, location
 
 
 @dataclass
@@ -82,10 +125,6 @@ class DataConfig:
     std: tuple[float, ...] = (0.5, 0.5, 0.5)
 
     def __post_init__(self) -> None:
-        from mpp.data.sources import (
-            parse_source,  # imported here: mpp.data imports this module
-        )
-
         parse_source(self.source)
         if not 0 <= self.holdout_fraction < 1:
             raise ConfigError(f"data.holdout_fraction={self.holdout_fraction} must lie in [0, 1)")
@@ -125,7 +164,17 @@ class MPPConfig:
 
 
 @dataclass
-class TrainConfig:
+class RuntimeConfig:
+    """How a run uses its machine: the settings training (train.*) and evaluation (eval.*) share."""
+
+    mixed_precision: Literal["no", "bf16", "fp16"] = "no"
+    compile: bool = False  # torch.compile the model (accelerate's "inductor" backend): a slow start, faster steps on
+    # a GPU; false leaves it to `accelerate launch --dynamo_backend` (off unless asked)
+    cpu_threads: int = 0  # on a CPU: threads per process; 0 shares the cores among this machine's processes
+
+
+@dataclass
+class TrainConfig(RuntimeConfig):
     """Optimisation (App. B.1.2: Adam, LR 2e-4, 10k warm-up steps, cosine decay, batch 4096, 1M steps)."""
 
     steps: int = 1_000_000  # optimizer steps
@@ -140,10 +189,6 @@ class TrainConfig:
     grad_clip_norm: float = 1.0  # global norm (App. B.1)
     optimizer: Literal["adamw", "sgd"] = "adamw"  # Adam with decoupled weight decay, or SGD (fine-tuning, Sec. 3.2)
     momentum: float = 0.9  # sgd only
-    mixed_precision: Literal["no", "bf16", "fp16"] = "no"
-    compile: bool = False  # torch.compile the model (accelerate's "inductor" backend): a slow start, faster steps on
-    # a GPU; false leaves it to `accelerate launch --dynamo_backend` (off unless asked)
-    cpu_threads: int = 0  # on a CPU: threads per process; 0 shares the cores among this machine's processes
     log_every: int = 50  # steps between TensorBoard points (the only steps that synchronise with the device)
     checkpoint_every: int = 5_000  # steps between checkpoints; one is always written at the end
     keep_checkpoints: int = 3  # most recent checkpoints kept
@@ -179,6 +224,7 @@ class RunConfig:
 class TrainingRunConfig(RunConfig):
     """What every training run adds: continuing from its checkpoints."""
 
+    RESUME_MUST_MATCH: ClassVar[tuple[str, ...]] = ("model",)  # sections (or top-level keys) a resume may not change
     resume: str = ""  # "auto": continue from the latest checkpoint(s) in output_dir, if any; or a checkpoint path
 
 
@@ -191,7 +237,7 @@ class MonitorConfig:
     few_shot_shots: int = 10  # labelled images per class the regression is fitted to
     few_shot_holdout_per_class: int = 10  # images per class its regulariser is chosen on
     few_shot_test_per_class: int = 50  # images per class it is scored on; the three slices are disjoint
-    features: Literal["token", "avg"] = "token"  # the [class] token after the final norm, or the patch tokens' mean
+    features: Pooling = "token"  # what the regression reads
 
     def __post_init__(self) -> None:
         for name in ("few_shot_every", "few_shot_shots", "few_shot_holdout_per_class", "few_shot_test_per_class"):
@@ -218,6 +264,7 @@ class MPPMonitorConfig(MonitorConfig):
 class MPPRunConfig(TrainingRunConfig):
     """Everything one masked-patch-prediction pre-training run needs (recipes/mpp.py)."""
 
+    RESUME_MUST_MATCH: ClassVar[tuple[str, ...]] = ("model", "mpp")
     mpp: MPPConfig = field(default_factory=MPPConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     monitor: MPPMonitorConfig = field(default_factory=MPPMonitorConfig)
@@ -229,7 +276,7 @@ class ClassifierConfig:
 
     head: Literal["mlp", "linear"] = "mlp"  # pre-training: one tanh hidden layer of the encoder's width; fine-tuning:
     # a single linear layer (Sec. 3.2). The output layer always starts at zero, so initial logits are exactly zero.
-    pool: Literal["token", "avg"] = "token"  # the [class] token's output, or the mean of the patch tokens (App. D.3)
+    pool: Pooling = "token"  # what the head reads
     label_smoothing: float = 0.0
 
     def __post_init__(self) -> None:
@@ -246,6 +293,7 @@ def supervised_training() -> TrainConfig:
 class SupervisedRunConfig(TrainingRunConfig):
     """Everything one supervised pre-training run needs (recipes/supervised.py)."""
 
+    RESUME_MUST_MATCH: ClassVar[tuple[str, ...]] = ("model", "classifier")
     classifier: ClassifierConfig = field(default_factory=ClassifierConfig)
     train: TrainConfig = field(default_factory=supervised_training)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
@@ -285,6 +333,7 @@ def finetune_classifier() -> ClassifierConfig:
 class FinetuneRunConfig(TrainingRunConfig):
     """Everything one fine-tuning run needs (recipes/finetune.py)."""
 
+    RESUME_MUST_MATCH: ClassVar[tuple[str, ...]] = ("init", "model", "classifier", "finetune")
     # The starting weights: a run directory or its export/ folder from recipes/mpp.py or recipes/supervised.py,
     # local-dir:<timm folder>, or a checkpoint file (.safetensors, .pth, .bin). Empty: from scratch, the baseline.
     # With a folder, the encoder's architecture is the folder's; model.img_size still sets the resolution.
@@ -295,16 +344,14 @@ class FinetuneRunConfig(TrainingRunConfig):
 
 
 @dataclass
-class EvaluationConfig:
+class EvaluationConfig(RuntimeConfig):
     """How an encoder is evaluated frozen (eval/)."""
 
-    features: Literal["token", "avg"] = "token"  # the [class] token after the final norm, or the patch tokens' mean
+    features: Pooling = "token"  # what the protocols read
     batch_size: int = 256  # images per forward pass and process, extracting features
     # Features are cached under a fingerprint of the encoder's weights and the images: a folder shared between
     # runs (e.g. runs/feature-cache) extracts each encoder's features once. Empty: <output_dir>/features.
     feature_cache: str = ""
-    mixed_precision: Literal["no", "bf16", "fp16"] = "no"
-    cpu_threads: int = 0  # on a CPU: threads per process; 0 shares the cores among this machine's processes
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mpp.checkpoint import save_checkpoint
-from mpp.config import ConfigError, TrainConfig
+from mpp.config import ConfigError, RuntimeConfig, TrainConfig
 from mpp.non_finite import NonFiniteGuard
 from mpp.preemption import Preempted, StopSignals
 from mpp.run_directory import runs_parent
@@ -65,12 +65,12 @@ def describe_plan(plan: BatchPlan, cfg: TrainConfig) -> str:
     )
 
 
-def create_accelerator(mixed_precision: str, seed: int, output_dir: str, compile_model: bool = False) -> Accelerator:
+def create_accelerator(runtime: RuntimeConfig, seed: int, output_dir: str) -> Accelerator:
     """The one Accelerator of a run: mixed precision, optionally torch.compile (applied by ``prepare``), seeded data
     order, TensorBoard in the run directory."""
     return Accelerator(
-        mixed_precision=mixed_precision,
-        dynamo_backend="inductor" if compile_model else None,
+        mixed_precision=runtime.mixed_precision,
+        dynamo_backend="inductor" if runtime.compile else None,
         gradient_accumulation_plugin=GradientAccumulationPlugin(sync_with_dataloader=False),  # steps: train()
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=seed),
         log_with="tensorboard",

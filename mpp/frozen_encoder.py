@@ -85,7 +85,7 @@ class EvaluationRun:
 def open_evaluation_run(cfg: EvaluationRunConfig, prefix: str) -> EvaluationRun:
     """The encoder ``cfg.init`` names (or a seeded random one) as a frozen feature extractor, and the run's
     directory, claimed once the encoder has loaded (nothing is written for an init that does not fit)."""
-    accelerator = create_accelerator(cfg.eval.mixed_precision, cfg.seed, cfg.output_dir)
+    accelerator = create_accelerator(cfg.eval, cfg.seed, cfg.output_dir)
     configure_logging()
     run_dir = resolve_output_dir(cfg.output_dir, prefix=prefix)
     threads = set_cpu_threads(accelerator, cfg.eval.cpu_threads)

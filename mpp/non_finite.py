@@ -14,8 +14,10 @@ from typing import Any
 
 import torch
 
+from mpp.config import RunError
 
-class NonFiniteStep(RuntimeError):
+
+class NonFiniteStep(RunError):
     """A step with a non-finite loss or gradient under ``train.on_nonfinite=stop``, or a whole window of them."""
 
 

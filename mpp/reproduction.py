@@ -27,7 +27,7 @@ from typing import Any, Optional
 import torch
 import yaml
 
-from mpp.config import ConfigError, ReproductionConfig, config_to_dict
+from mpp.config import ConfigError, ReproductionConfig, RunError, config_to_dict
 from mpp.run_directory import read_metrics
 
 logger = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ def plan_runs(cfg: ReproductionConfig) -> list[Run]:
     return pretraining + evaluation
 
 
-class RunFailed(RuntimeError):
+class RunFailed(RunError):
     """A run of the grid exited with an error."""
 
 

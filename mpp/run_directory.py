@@ -14,12 +14,12 @@ from typing import Any, Optional
 from accelerate import PartialState
 from accelerate.utils import broadcast_object_list
 
-from mpp.config import save_config
+from mpp.config import RunError, save_config
 
 RUNS_DIR = Path("runs")  # where a run goes when no output_dir is given
 
 
-class RunDirectoryError(RuntimeError):
+class RunDirectoryError(RunError):
     """The output directory cannot be used as asked."""
 
 

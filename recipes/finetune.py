@@ -37,12 +37,11 @@ from mpp.pretrained import fine_tuning_encoder, fine_tuning_model_config, input_
 from mpp.run_directory import configure_logging, resolve_output_dir, start_run, write_metrics
 
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "finetune_tiny_cpu.yaml"
-RESUME_MUST_MATCH = ("init", "model", "classifier", "finetune")
 logger = logging.getLogger("mpp.recipes.finetune")
 
 
 def main(cfg: FinetuneRunConfig) -> dict[str, Any]:
-    accelerator = create_accelerator(cfg.train.mixed_precision, cfg.seed, cfg.output_dir, cfg.train.compile)
+    accelerator = create_accelerator(cfg.train, cfg.seed, cfg.output_dir)
     configure_logging()
     run_dir = resolve_output_dir(cfg.output_dir, prefix="finetune")
     plan = plan_batches(cfg.train, accelerator.num_processes)
@@ -67,7 +66,7 @@ def main(cfg: FinetuneRunConfig) -> dict[str, Any]:
     model = ImageClassifier(encoder, train_set.num_classes, cfg.classifier, mean, std)
     checkpoint = resume_checkpoint(cfg.resume, run_dir)
     if checkpoint is not None:
-        check_resume_compatible(checkpoint, cfg, RESUME_MUST_MATCH)
+        check_resume_compatible(checkpoint, cfg)
 
     start_run(accelerator, cfg, run_dir)
     logger.info("run directory %s on %s, %d threads per process; init: %s", run_dir, accelerator.device, threads,
@@ -86,7 +85,7 @@ def main(cfg: FinetuneRunConfig) -> dict[str, Any]:
             sweep = sweep_learning_rates(
                 accelerator, cfg, lambda: ImageClassifier(fresh_encoder(), train_set.num_classes, cfg.classifier, mean,
                                                           std),
-                train_set, image_view(cfg.data, image_size, augment=False), run_dir, RESUME_MUST_MATCH)
+                train_set, image_view(cfg.data, image_size, augment=False), run_dir)
             lr = max(sweep, key=sweep.get)
             logger.info("sweep: holdout accuracy %s; training with lr %g on all %d training images",
                         ", ".join(f"lr {rate:g}: {score:.4f}" for rate, score in sweep.items()), lr, len(train_set))

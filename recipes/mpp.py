@@ -37,7 +37,7 @@ logger = logging.getLogger("mpp.recipes.mpp")
 
 
 def main(cfg: MPPRunConfig) -> dict[str, Any]:
-    accelerator = create_accelerator(cfg.train.mixed_precision, cfg.seed, cfg.output_dir, cfg.train.compile)
+    accelerator = create_accelerator(cfg.train, cfg.seed, cfg.output_dir)
     configure_logging()
     # Run directory and batch split: derived once, logged once.
     run_dir = resolve_output_dir(cfg.output_dir, prefix="mpp")

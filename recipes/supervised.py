@@ -33,12 +33,11 @@ from mpp.preemption import Preempted
 from mpp.run_directory import configure_logging, resolve_output_dir, start_run, write_metrics
 
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "supervised_tiny_cpu.yaml"
-RESUME_MUST_MATCH = ("model", "classifier")
 logger = logging.getLogger("mpp.recipes.supervised")
 
 
 def main(cfg: SupervisedRunConfig) -> dict[str, Any]:
-    accelerator = create_accelerator(cfg.train.mixed_precision, cfg.seed, cfg.output_dir, cfg.train.compile)
+    accelerator = create_accelerator(cfg.train, cfg.seed, cfg.output_dir)
     configure_logging()
     run_dir = resolve_output_dir(cfg.output_dir, prefix="supervised")
     plan = plan_batches(cfg.train, accelerator.num_processes)
@@ -55,7 +54,7 @@ def main(cfg: SupervisedRunConfig) -> dict[str, Any]:
     model = ImageClassifier(encoder, train_set.num_classes, cfg.classifier, cfg.data.mean, cfg.data.std)
     checkpoint = resume_checkpoint(cfg.resume, run_dir)
     if checkpoint is not None:
-        check_resume_compatible(checkpoint, cfg, RESUME_MUST_MATCH)
+        check_resume_compatible(checkpoint, cfg)
     monitors = pre_training_monitors(accelerator, model, cfg.monitor, cfg.data, run_dir, cfg.seed)
 
     start_run(accelerator, cfg, run_dir)

@@ -13,7 +13,8 @@ from PIL import Image
 
 from mpp.config import DataConfig
 from mpp.data import build_dataset, open_source
-from mpp.data.sources import DataError, UndecodableImage, decode_image
+from mpp.data.image_source import UndecodableImage, decode_image
+from mpp.data.sources import DataError
 
 rng = np.random.default_rng(0)
 
@@ -126,3 +127,10 @@ def test_decode_image_converts_grey_and_rgba_and_rejects_broken_bytes(tmp_path):
     assert decode_image((tmp_path / "rgba.png").read_bytes(), channels=1).mode == "L"
     with pytest.raises(UndecodableImage):
         decode_image(b"\xff\xd8\xff\xe0 truncated jpeg")
+
+
+def test_every_source_kind_the_config_accepts_has_a_reader():
+    from mpp.config import SOURCE_KINDS
+    from mpp.data.sources import READERS
+
+    assert READERS.keys() == SOURCE_KINDS.keys()

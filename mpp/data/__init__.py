@@ -17,38 +17,14 @@ from accelerate import Accelerator
 from accelerate.data_loader import prepare_data_loader
 from torch.utils.data import DataLoader, Dataset
 
-from mpp.config import DataConfig
-from mpp.data.cifar import cifar_source
-from mpp.data.fashion_mnist import fashion_mnist_source
-from mpp.data.hugging_face import HuggingFaceSource, class_names, image_and_label_columns, load_split, undecoded
+from mpp.config import DataConfig, DataError, parse_source
+from mpp.data.hugging_face import class_names, image_and_label_columns, load_split, undecoded
 from mpp.data.image_dataset import ImageDataset, StreamingImageDataset, keep_batch
-from mpp.data.image_folder import ImageFolderSource
-from mpp.data.shapes import ShapesSource
-from mpp.data.sources import DataError, ImageSource, parse_source
+from mpp.data.sources import open_source
 from mpp.data.subsets import holdout_split, shots_per_class
 from mpp.data.transforms import ImageView
 
 Split = Literal["train", "holdout", "test"]  # "holdout": data.holdout_fraction of the training split, seeded
-
-
-def open_source(cfg: DataConfig, split: Literal["train", "test"], image_size: int) -> ImageSource:
-    """The stored split ``split`` of ``cfg.source``, untransformed."""
-    kind, location = parse_source(cfg.source)
-    if kind == "shapes":
-        return ShapesSource(split, image_size)  # rendered at the model's resolution
-    if kind == "fashion-mnist":
-        return fashion_mnist_source(location, split)
-    if kind in ("cifar10", "cifar100"):
-        return cifar_source(kind, location, split)
-    if kind == "folder":
-        if split == "train":
-            return ImageFolderSource(location)
-        if not cfg.eval_folder:
-            raise DataError(f"data.source={cfg.source} has no evaluation split: set data.eval_folder=<dir> to a folder "
-                            "with the same class sub-folders, or hold out part of the training folder with "
-                            "data.holdout_fraction")
-        return ImageFolderSource(cfg.eval_folder, classes_from=location)
-    return HuggingFaceSource(location, cfg, cfg.train_split if split == "train" else cfg.eval_split)
 
 
 def image_view(cfg: DataConfig, image_size: int, augment: bool) -> ImageView:

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mpp.data.sources import ArraySource, DataError
+from mpp.config import DataError
+from mpp.data.image_source import ArraySource
 
 # kind -> (folder inside the archive, files per split, metadata file, label key, class-name key)
 LAYOUTS = {

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from mpp.config import DataConfig
-from mpp.data.sources import DataError, FileSource, decode_image
+from mpp.config import DataConfig, DataError
+from mpp.data.image_source import FileSource, decode_image
 
 HOW_TO_GET = (
     "where the hub is reachable, fetch it once and `dataset.save_to_disk(<dir>)`, then use data.source=hf:<dir>"

@@ -14,8 +14,9 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
+from mpp.config import DataError
 from mpp.data.hugging_face import decode_stored_image
-from mpp.data.sources import BatchSource, DataError, FileSource, ImageSource, UndecodableImage
+from mpp.data.image_source import BatchSource, FileSource, ImageSource, UndecodableImage
 from mpp.data.transforms import ImageView, match_channels
 
 MAX_STREAM_WORKERS = 256  # rows of the shared failure counters of a stream (one per loader worker)

@@ -9,7 +9,8 @@ from typing import Optional
 import torch
 from PIL import Image
 
-from mpp.data.sources import DataError, FileSource, decode_image
+from mpp.config import DataError
+from mpp.data.image_source import FileSource, decode_image
 
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 LAYOUT = "folder: expects <dir>/<class name>/<image files> (jpg, png, ...)"

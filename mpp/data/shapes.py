@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from mpp.data.sources import BatchSource, DataError
+from mpp.config import DataError
+from mpp.data.image_source import BatchSource
 
 SPLIT_SIZES = {"train": 50_000, "test": 10_000}
 NOISE_PATTERNS = 16  # pixel-noise images shared round-robin: texture only, so a few suffice

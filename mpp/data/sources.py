@@ -1,106 +1,48 @@
-"""What every data source provides, whatever its format: one split's labels, class names and raw images.
+"""Every kind of ``data.source``, and the reader that opens one split of it.
 
-Two kinds, by how images are stored:
-- ``BatchSource``: every image of the split has the same size and a whole batch comes out of one tensor operation
-  (arrays in memory: Fashion-MNIST, CIFAR; the rendered shapes).
-- ``FileSource``: images are encoded files of any size, decoded one at a time (image folders, Hugging Face datasets);
-  a file that cannot be decoded raises ``UndecodableImage``, which the dataset counts and skips.
+``mpp.config.SOURCE_KINDS`` declares what ``data.source`` may say (each kind, whether it takes a location, its usage
+line); ``READERS`` here opens each. A new format is a module with its reader, one line in each of the two.
 """
 
 from __future__ import annotations
 
-import io
-from abc import ABC, abstractmethod
-from pathlib import Path
-from typing import Union
+from typing import Callable, Literal
 
-import torch
-from PIL import Image
+from mpp.config import DataConfig, DataError, parse_source
+from mpp.data.cifar import cifar_source
+from mpp.data.fashion_mnist import fashion_mnist_source
+from mpp.data.hugging_face import HuggingFaceSource
+from mpp.data.image_folder import ImageFolderSource
+from mpp.data.image_source import ImageSource
+from mpp.data.shapes import ShapesSource
 
-from mpp.config import ConfigError
+StoredSplit = Literal["train", "test"]
 
-SOURCE_KINDS = {
-    "shapes": "shapes, the embedded procedurally drawn data (no argument)",
-    "fashion-mnist": "fashion-mnist[:<dir>], the IDX files (default: the Debian package's directory)",
-    "cifar10": "cifar10:<dir>, the python pickles (cifar-10-batches-py/)",
-    "cifar100": "cifar100:<dir>, the python pickles (cifar-100-python/)",
-    "folder": "folder:<dir>, class_name/image files",
-    "hf": "hf:<name-or-path>, anything datasets.load_dataset takes, or a directory written by save_to_disk",
+
+def image_folder_split(location: str, cfg: DataConfig, split: StoredSplit) -> ImageFolderSource:
+    """The training folder, or the evaluation folder (``data.eval_folder``) with the training folder's classes."""
+    if split == "train":
+        return ImageFolderSource(location)
+    if not cfg.eval_folder:
+        raise DataError(f"data.source={cfg.source} has no evaluation split: set data.eval_folder=<dir> to a folder "
+                        "with the same class sub-folders, or hold out part of the training folder with "
+                        "data.holdout_fraction")
+    return ImageFolderSource(cfg.eval_folder, classes_from=location)
+
+
+# kind -> reader(location, data config, split, image size): the stored split, untransformed.
+READERS: dict[str, Callable[[str, DataConfig, StoredSplit, int], ImageSource]] = {
+    "shapes": lambda location, cfg, split, size: ShapesSource(split, size),  # rendered at the model's resolution
+    "fashion-mnist": lambda location, cfg, split, size: fashion_mnist_source(location, split),
+    "cifar10": lambda location, cfg, split, size: cifar_source("cifar10", location, split),
+    "cifar100": lambda location, cfg, split, size: cifar_source("cifar100", location, split),
+    "folder": lambda location, cfg, split, size: image_folder_split(location, cfg, split),
+    "hf": lambda location, cfg, split, size: HuggingFaceSource(location, cfg, cfg.train_split if split == "train"
+                                                               else cfg.eval_split),
 }
 
 
-class DataError(ConfigError):
-    """Data that cannot be read as asked; the message names the path or column and how to fix it."""
-
-
-class UndecodableImage(Exception):
-    """One image file that cannot be decoded (the dataset skips and counts it)."""
-
-
-def parse_source(source: str) -> tuple[str, str]:
-    """``"kind:argument"`` -> (kind, argument); the argument may be empty only where the kind has a default."""
-    kind, _, argument = source.partition(":")
-    if kind not in SOURCE_KINDS:
-        raise DataError(
-            f"data.source={source!r}: unknown source {kind!r}; valid sources:\n  "
-            + "\n  ".join(SOURCE_KINDS.values())
-        )
-    if kind == "shapes" and argument:
-        raise DataError(f"data.source={source!r}: the shapes source takes no argument; use data.source=shapes")
-    if kind in ("cifar10", "cifar100", "folder", "hf") and not argument:
-        raise DataError(f"data.source={source!r} needs a location: {SOURCE_KINDS[kind]}")
-    return kind, argument
-
-
-class ImageSource(ABC):
-    """One split of a dataset, before any transform: ``len`` images with integer labels (-1: unlabelled)."""
-
-    labels: torch.Tensor  # (n) int64
-    class_names: tuple[str, ...]
-    channels: int  # of the stored images: 1 (grey) or 3 (RGB)
-    description: str  # for logs and errors: what was read, from where
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    @property
-    def num_classes(self) -> int:
-        return len(self.class_names)
-
-
-class BatchSource(ImageSource):
-    @abstractmethod
-    def images(self, index: torch.Tensor) -> torch.Tensor:
-        """(b) indices -> (b c h w) images, uint8 or float in [0, 1]."""
-
-
-class FileSource(ImageSource):
-    @abstractmethod
-    def read(self, index: int) -> Image.Image:
-        """One decoded image (``decode_image``); raises ``UndecodableImage``."""
-
-    @abstractmethod
-    def name(self, index: int) -> str:
-        """Where image ``index`` comes from (a path), for reports of files that could not be decoded."""
-
-
-class ArraySource(BatchSource):
-    """Images held in memory as one uint8 tensor."""
-
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor, class_names: tuple[str, ...], description: str):
-        if len(images) == 0:
-            raise DataError(f"{description} holds no images")
-        self.array, self.labels = images, labels.long()
-        self.class_names, self.channels, self.description = class_names, images.shape[1], description
-
-    def images(self, index: torch.Tensor) -> torch.Tensor:
-        return self.array[index]
-
-
-def decode_image(file: Union[str, Path, bytes], channels: int = 3) -> Image.Image:
-    """An encoded image (path or bytes, any format PIL reads), decoded and converted to RGB or grey (L)."""
-    try:
-        with Image.open(io.BytesIO(file) if isinstance(file, bytes) else file) as image:
-            return image.convert("RGB" if channels == 3 else "L")  # decodes; a broken file fails here
-    except (OSError, ValueError, Image.DecompressionBombError) as error:  # PIL's errors for broken or unknown data
-        raise UndecodableImage(str(error)) from error
+def open_source(cfg: DataConfig, split: StoredSplit, image_size: int) -> ImageSource:
+    """The stored split ``split`` of ``cfg.source``, untransformed."""
+    kind, location = parse_source(cfg.source)
+    return READERS[kind](location, cfg, split, image_size)

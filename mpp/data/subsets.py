@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from mpp.data.sources import DataError
+from mpp.config import DataError
 
 
 def holdout_split(size: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
