@@ -24,16 +24,16 @@ logger = logging.getLogger("mpp.eval.few_shot")
 
 
 def main(cfg: FewShotRunConfig) -> dict[str, Any]:
-    run = open_evaluation_run(cfg, prefix="few-shot")
-    test = run.features(run.test_set, "test")
-    results = few_shot_evaluation(lambda positions: run.features(run.train_set.subset(positions), "train-shots"),
-                                  run.train_set.labels, test, run.train_set.num_classes, cfg.few_shot, cfg.seed)
-    for k, result in results.items():
-        logger.info("%s-shot accuracy %.4f +- %.4f over %d seeds (per seed: %s; chosen l2: %s)", k, result["mean"],
-                    result["std"], cfg.few_shot.seeds, ", ".join(f"{score:.4f}" for score in result["per_seed"]),
-                    ", ".join(f"{l2:g}" for l2 in result["chosen_l2"]))
-    metrics = {"few_shot": results, "test_images": len(test[1])}
-    run.finish(metrics, {f"few_shot/{k}shot": result["mean"] for k, result in results.items()})
+    with open_evaluation_run(cfg, prefix="few-shot") as run:
+        test = run.features(run.test_set, "test")
+        results = few_shot_evaluation(lambda positions: run.features(run.train_set.subset(positions), "train-shots"),
+                                      run.train_set.labels, test, run.train_set.num_classes, cfg.few_shot, cfg.seed)
+        for k, result in results.items():
+            logger.info("%s-shot accuracy %.4f +- %.4f over %d seeds (per seed: %s; chosen l2: %s)", k, result["mean"],
+                        result["std"], cfg.few_shot.seeds, ", ".join(f"{score:.4f}" for score in result["per_seed"]),
+                        ", ".join(f"{l2:g}" for l2 in result["chosen_l2"]))
+        metrics = {"few_shot": results, "test_images": len(test[1])}
+        run.finish(metrics, {f"few_shot/{k}shot": result["mean"] for k, result in results.items()})
     return metrics
 
 

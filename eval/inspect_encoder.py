@@ -30,17 +30,17 @@ logger = logging.getLogger("mpp.eval.inspect_encoder")
 
 
 def main(cfg: InspectionRunConfig) -> dict[str, Any]:
-    run = open_evaluation_run(cfg, prefix="inspect")
-    count = max(cfg.inspect.attention_images, cfg.inspect.rollout_images)
-    images = torch.cat(list(sample_images(run.test_set, count, cfg.seed))).to(run.accelerator.device)
-    extractor = run.accelerator.unwrap_model(run.extractor)
-    metrics = inspect_encoder(run.accelerator, extractor.encoder, extractor.normalise, images, run.run_dir,
-                              cfg.inspect)
-    for layer, distances in enumerate(metrics["mean_attention_distance"], start=1):
-        logger.info("layer %d: mean attention distance per head %s px", layer,
-                    ", ".join(f"{distance:.1f}" for distance in distances))
-    logger.info("pictures: %s", ", ".join(metrics["pictures"].values()))
-    run.finish(metrics, {})
+    with open_evaluation_run(cfg, prefix="inspect") as run:
+        count = max(cfg.inspect.attention_images, cfg.inspect.rollout_images)
+        images = torch.cat(list(sample_images(run.test_set, count, cfg.seed))).to(run.accelerator.device)
+        extractor = run.accelerator.unwrap_model(run.extractor)
+        metrics = inspect_encoder(run.accelerator, extractor.encoder, extractor.normalise, images, run.run_dir,
+                                  cfg.inspect)
+        for layer, distances in enumerate(metrics["mean_attention_distance"], start=1):
+            logger.info("layer %d: mean attention distance per head %s px", layer,
+                        ", ".join(f"{distance:.1f}" for distance in distances))
+        logger.info("pictures: %s", ", ".join(metrics["pictures"].values()))
+        run.finish(metrics, {})
     return metrics
 
 

@@ -22,16 +22,16 @@ logger = logging.getLogger("mpp.eval.knn")
 
 
 def main(cfg: KnnRunConfig) -> dict[str, Any]:
-    run = open_evaluation_run(cfg, prefix="knn")
-    (train_features, train_labels), (features, labels) = (run.features(run.train_set, "train"),
-                                                          run.features(run.test_set, "test"))
-    predictions = knn_predictions(train_features, train_labels, features, run.train_set.num_classes, cfg.knn.k,
-                                  cfg.knn.temperature)
-    score = accuracy(predictions, labels)
-    logger.info("kNN (k=%d, temperature %g): test accuracy %.4f", cfg.knn.k, cfg.knn.temperature, score)
-    metrics = {"knn": {"test_accuracy": score, "k": cfg.knn.k, "temperature": cfg.knn.temperature},
-               "train_images": len(train_labels), "test_images": len(labels)}
-    run.finish(metrics, {"knn/test_accuracy": score})
+    with open_evaluation_run(cfg, prefix="knn") as run:
+        (train_features, train_labels), (features, labels) = (run.features(run.train_set, "train"),
+                                                              run.features(run.test_set, "test"))
+        predictions = knn_predictions(train_features, train_labels, features, run.train_set.num_classes, cfg.knn.k,
+                                      cfg.knn.temperature)
+        score = accuracy(predictions, labels)
+        logger.info("kNN (k=%d, temperature %g): test accuracy %.4f", cfg.knn.k, cfg.knn.temperature, score)
+        metrics = {"knn": {"test_accuracy": score, "k": cfg.knn.k, "temperature": cfg.knn.temperature},
+                   "train_images": len(train_labels), "test_images": len(labels)}
+        run.finish(metrics, {"knn/test_accuracy": score})
     return metrics
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mpp.config import RunError, parse_command_line
-from mpp.preemption import Preempted
+from mpp.training.preemption import Preempted
 
 
 def run_recipe(main: Callable[[Any], Any], config_class: type, default_preset: Path, description: str) -> None:

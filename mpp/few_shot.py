@@ -88,6 +88,7 @@ class FewShotMonitor:
         """``model``: the (unwrapped) model being trained, with ``encoder`` and ``normalise``; ``dataset``: images
         through the evaluation view, labelled."""
         self.accelerator, self.cfg, self.dataset, self.batch_size = accelerator, cfg, dataset, batch_size
+        self.every = cfg.few_shot_every
         self.extractor = FeatureExtractor(model.encoder, model.normalise, cfg.features)  # shares the weights
         counts = [cfg.few_shot_shots, cfg.few_shot_holdout_per_class, cfg.few_shot_test_per_class]
         self.positions = torch.cat(disjoint_per_class(dataset.labels, counts, seed, "monitor.few_shot_*"))

@@ -15,7 +15,6 @@ from typing import Any, Literal
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import set_seed
 from safetensors.torch import load_file, save_file
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
@@ -25,11 +24,10 @@ from mpp.config import ConfigError, EvaluationRunConfig
 from mpp.data import build_dataset, build_loader, prepare_loader
 from mpp.data.image_dataset import ImageDataset
 from mpp.encoder import InputNormalisation, count_parameters
-from mpp.engine import create_accelerator, local_processes, set_cpu_threads
 from mpp.pretrained import fine_tuning_encoder, fine_tuning_model_config, input_normalisation, read_pretrained
-from mpp.run_directory import configure_logging, resolve_output_dir, start_run, write_metrics
+from mpp.run.directory import FEATURES_DIR
+from mpp.run.session import Session, local_processes
 
-FEATURES_DIR = "features"  # the cache's default place in the run directory
 logger = logging.getLogger(__name__)
 
 
@@ -47,12 +45,27 @@ class FeatureExtractor(nn.Module):
 
 @dataclass
 class EvaluationRun:
-    accelerator: Accelerator
-    run_dir: Path
+    """An evaluation's session (``with`` it), its frozen encoder and both splits."""
+
+    session: Session
     extractor: FeatureExtractor  # prepared, in eval mode
     train_set: ImageDataset  # both splits resized (and centre-cropped), never augmented
     test_set: ImageDataset
     config: EvaluationRunConfig
+
+    def __enter__(self) -> EvaluationRun:
+        return self
+
+    def __exit__(self, *error: Any) -> None:
+        self.session.__exit__(*error)
+
+    @property
+    def accelerator(self) -> Accelerator:
+        return self.session.accelerator
+
+    @property
+    def run_dir(self) -> Path:
+        return self.session.run_dir
 
     def features(self, dataset: ImageDataset, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(n d) features and (n) labels of ``dataset``'s images in order, on the device; read from the cache
@@ -77,22 +90,17 @@ class EvaluationRun:
     def finish(self, metrics: dict[str, Any], scalars: dict[str, float]) -> None:
         """``scalars`` to TensorBoard, ``metrics`` (with the encoder's description) to metrics.json, and close."""
         self.accelerator.log(scalars, step=0)
-        write_metrics(self.run_dir, {"init": self.config.init or None, "features": self.config.eval.features,
-                                     **metrics})
-        self.accelerator.end_training()
+        self.session.finish({"init": self.config.init or None, "features": self.config.eval.features, **metrics})
 
 
 def open_evaluation_run(cfg: EvaluationRunConfig, prefix: str) -> EvaluationRun:
     """The encoder ``cfg.init`` names (or a seeded random one) as a frozen feature extractor, and the run's
     directory, claimed once the encoder has loaded (nothing is written for an init that does not fit)."""
-    accelerator = create_accelerator(cfg.eval, cfg.seed, cfg.output_dir)
-    configure_logging()
-    run_dir = resolve_output_dir(cfg.output_dir, prefix=prefix)
-    threads = set_cpu_threads(accelerator, cfg.eval.cpu_threads)
+    session = Session(cfg, cfg.eval, prefix)  # seeded: a random baseline's weights come from cfg.seed
+    accelerator = session.accelerator
     pretrained = read_pretrained(cfg.init) if cfg.init else None
     model_cfg = fine_tuning_model_config(cfg.model, pretrained)
     mean, std = input_normalisation(pretrained, cfg.data.mean, cfg.data.std)
-    set_seed(cfg.seed)  # the random baseline's weights
     encoder = fine_tuning_encoder(model_cfg, pretrained)
     extractor = FeatureExtractor(encoder, InputNormalisation(mean, std, model_cfg.in_chans), cfg.eval.features)
     extractor.requires_grad_(False).eval()
@@ -101,11 +109,9 @@ def open_evaluation_run(cfg: EvaluationRunConfig, prefix: str) -> EvaluationRun:
     image_size = encoder.patch_embed.img_size[0]
     splits = [build_dataset(cfg.data, split, image_size, model_cfg.in_chans, augment=False, seed=cfg.seed)
               for split in ("train", "test")]
-    run = EvaluationRun(accelerator, run_dir, accelerator.prepare_model(extractor, evaluation_mode=True), *splits,
-                        cfg)
-    start_run(accelerator, cfg, run_dir)
-    logger.info("run directory %s on %s, %d threads per process; encoder %s (%.2fM parameters, %d patches at %d px), "
-                "features: %s; data: %s; test: %s", run_dir, accelerator.device, threads,
+    run = EvaluationRun(session, accelerator.prepare_model(extractor, evaluation_mode=True), *splits, cfg)
+    session.start()
+    logger.info("encoder %s (%.2fM parameters, %d patches at %d px), features: %s; data: %s; test: %s",
                 pretrained.location if pretrained else f"randomly initialised {model_cfg.name} (seed {cfg.seed})",
                 count_parameters(encoder) / 1e6, encoder.patch_embed.num_patches, image_size,
                 "[class] token" if cfg.eval.features == "token" else "mean of the patch tokens",

@@ -167,12 +167,12 @@ def mpp_mosaic(model: MaskedPatchPredictor, images: torch.Tensor, corruption: Co
 
 
 class MPPMosaic:
-    """``mpp_mosaic`` of a fixed set of images under a fixed corruption, every time it is called during training:
+    """``mpp_mosaic`` of a fixed set of images under a fixed corruption, every ``every`` steps of training:
     ``<run>/pictures/mpp_step_<step>.png`` and TensorBoard's ``mpp/mosaic``."""
 
     def __init__(self, accelerator: Accelerator, model: MaskedPatchPredictor, images: torch.Tensor, run_dir: Path,
-                 seed: int):
-        self.accelerator, self.model, self.run_dir = accelerator, model, run_dir
+                 seed: int, every: int):
+        self.accelerator, self.model, self.run_dir, self.every = accelerator, model, run_dir, every
         self.images = images.to(accelerator.device)
         drawn = model.draw_corruption(len(images), generator=torch.Generator().manual_seed(seed))  # on the CPU
         self.corruption = Corruption(*(part.to(accelerator.device) for part in astuple(drawn)))

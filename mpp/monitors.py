@@ -1,5 +1,6 @@
 """What a pre-training run reports besides its loss, every so many steps (``monitor.*``): few-shot accuracy of the
-encoder as it trains, and for MPP, mosaics of its predictions. ``train`` calls each as ``report(step, images_seen)``.
+encoder as it trains, and for MPP, mosaics of its predictions. The training loop calls each as
+``report(step, images_seen)`` before the first step and after every ``report.every`` steps.
 """
 
 from __future__ import annotations
@@ -11,13 +12,12 @@ from accelerate import Accelerator
 
 from mpp.config import ConfigError, DataConfig, MonitorConfig, MPPMonitorConfig
 from mpp.data import build_dataset, sample_images
-from mpp.engine import Report
 from mpp.few_shot import FewShotMonitor
 from mpp.inspection import MPPMosaic
 
 
 def pre_training_monitors(accelerator: Accelerator, model: torch.nn.Module, cfg: MonitorConfig, data: DataConfig,
-                          run_dir: Path, seed: int) -> list[Report]:
+                          run_dir: Path, seed: int) -> list[FewShotMonitor | MPPMosaic]:
     """The reports ``cfg`` asks for, on ``model`` (unwrapped: its ``encoder`` and ``normalise`` are used in place).
     They read the training split through the evaluation view (no augmentation); built before the run starts, so
     that data they cannot use (a stream, no labels, too few images per class) is refused before anything is
@@ -31,10 +31,10 @@ def pre_training_monitors(accelerator: Accelerator, model: torch.nn.Module, cfg:
     encoder = model.encoder
     dataset = build_dataset(data, "train", encoder.patch_embed.img_size[0], encoder.patch_embed.proj.in_channels,
                             augment=False, seed=seed)
-    reports: list[Report] = []
+    reports: list[FewShotMonitor | MPPMosaic] = []
     if cfg.few_shot_every:
-        reports.append((cfg.few_shot_every, FewShotMonitor(accelerator, model, dataset, cfg, seed)))
+        reports.append(FewShotMonitor(accelerator, model, dataset, cfg, seed))
     if mosaic_every:
         images = next(iter(sample_images(dataset, cfg.mosaic_images, seed)))
-        reports.append((mosaic_every, MPPMosaic(accelerator, model, images, run_dir, seed)))
+        reports.append(MPPMosaic(accelerator, model, images, run_dir, seed, mosaic_every))
     return reports

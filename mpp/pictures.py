@@ -16,9 +16,10 @@ from accelerate import Accelerator
 from PIL import Image
 from torchvision.utils import make_grid
 
+from mpp.run.directory import PICTURES_DIR
+
 matplotlib.use("Agg")  # files only: no display on a training machine
 
-PICTURES_DIR = "pictures"
 MIN_SIDE = 96  # small images (28 px, 4 px patches) are enlarged to at least this, pixels kept square
 
 

@@ -22,9 +22,9 @@ from timm.layers import resample_abs_pos_embed
 from timm.models import load_state_dict
 from timm.models.vision_transformer import VisionTransformer
 
-from mpp.checkpoint import CHECKPOINTS_DIR, EXPORT_DIR
 from mpp.config import ConfigError, ModelConfig
 from mpp.encoder import create_encoder
+from mpp.run.directory import CHECKPOINTS_DIR, EXPORT_DIR
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # in a timm folder, in the order timm looks
 HEAD_PREFIXES = ("head.", "head_drop.", "fc_norm.", "pre_logits.")  # a classifier's, never the encoder's (ours)

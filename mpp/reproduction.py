@@ -28,7 +28,7 @@ import torch
 import yaml
 
 from mpp.config import ConfigError, ReproductionConfig, RunError, config_to_dict
-from mpp.run_directory import read_metrics
+from mpp.run.directory import read_metrics
 
 logger = logging.getLogger(__name__)
 SCRIPTS = {"mpp": "recipes/mpp.py", "supervised": "recipes/supervised.py", "finetune": "recipes/finetune.py",

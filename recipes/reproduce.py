@@ -19,7 +19,7 @@ sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(
 from mpp.command_line import run_recipe
 from mpp.config import ReproductionConfig
 from mpp.reproduction import reproduce
-from mpp.run_directory import configure_logging
+from mpp.run.session import configure_logging
 
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "reproduce_fashion_mnist_cpu.yaml"
 

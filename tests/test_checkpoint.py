@@ -8,7 +8,10 @@ import timm
 import torch
 from accelerate import Accelerator
 
-from mpp.checkpoint import (
+from mpp.config import ConfigError, MPPRunConfig, build_config
+from mpp.encoder import create_encoder
+from mpp.run.directory import RunDirectoryError, claim_output_dir
+from mpp.training.checkpoint import (
     check_resume_compatible,
     export_encoder,
     list_checkpoints,
@@ -16,9 +19,6 @@ from mpp.checkpoint import (
     resume_checkpoint,
     save_checkpoint,
 )
-from mpp.config import ConfigError, MPPRunConfig, build_config
-from mpp.encoder import create_encoder
-from mpp.run_directory import RunDirectoryError, claim_output_dir
 
 
 def test_a_directory_holding_a_run_is_refused_unless_resuming_or_overwriting(tmp_path):

@@ -11,9 +11,9 @@ from torch.utils.data import DataLoader
 from mpp.classifier import ImageClassifier, pooled_features
 from mpp.config import ClassifierConfig, ConfigError, TrainConfig
 from mpp.encoder import create_encoder
-from mpp.evaluation import top1_accuracy
-from mpp.non_finite import NonFiniteGuard
-from mpp.optimizer import create_optimizer
+from mpp.training.classifier_training import top1_accuracy
+from mpp.training.non_finite import NonFiniteGuard
+from mpp.training.optimizer import create_optimizer
 
 
 @pytest.mark.parametrize("head", ["mlp", "linear"])

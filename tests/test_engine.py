@@ -9,7 +9,7 @@ from accelerate.utils import DataLoaderConfiguration
 from torch.utils.data import DataLoader, TensorDataset
 
 from mpp.config import ConfigError, TrainConfig
-from mpp.engine import endless_batches, plan_batches
+from mpp.training.engine import endless_batches, plan_batches
 
 
 def test_batch_plan_splits_the_global_batch():
@@ -39,8 +39,8 @@ def test_accumulation_takes_one_optimizer_step_per_global_batch(tiny_model_confi
     from mpp.config import DataConfig, MPPConfig, MPPRunConfig
     from mpp.data import build_dataset, build_loader
     from mpp.encoder import create_encoder
-    from mpp.engine import train
     from mpp.masked_patch_prediction import MaskedPatchPredictor
+    from mpp.training.engine import TrainingRun, train
 
     cfg = TrainConfig(steps=3, global_batch_size=8, micro_batch_size=4, warmup_steps=1, log_every=1,
                       checkpoint_every=10)
@@ -55,7 +55,7 @@ def test_accumulation_takes_one_optimizer_step_per_global_batch(tiny_model_confi
     loader = build_loader(dataset, batch_size=4, cfg=DataConfig(), train=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
 
-    metrics = train(accelerator, model, optimizer, loader, cfg, plan, tmp_path, MPPRunConfig(), seed=0)
+    metrics = train(TrainingRun(accelerator, model, optimizer, loader, plan, cfg, tmp_path, MPPRunConfig()))
     adam_steps = {int(state["step"]) for state in optimizer.optimizer.state.values()}
     assert adam_steps == {3}  # 6 passes, 3 optimizer steps
     assert metrics["step"] == 3 and metrics["images_seen"] == 24 and metrics["loss"] > 0

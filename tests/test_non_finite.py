@@ -11,10 +11,10 @@ from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration
 from torch.utils.data import DataLoader, TensorDataset
 
-from mpp.checkpoint import list_checkpoints, read_step
 from mpp.config import MPPRunConfig, TrainConfig
-from mpp.engine import plan_batches, train
-from mpp.non_finite import NonFiniteStep
+from mpp.training.checkpoint import list_checkpoints, read_step
+from mpp.training.engine import TrainingRun, plan_batches, train
+from mpp.training.non_finite import NonFiniteStep
 
 
 class FlakyModel(torch.nn.Module):
@@ -43,7 +43,8 @@ def run(tmp_path, bad_steps: dict[int, str], on_nonfinite: str, steps: int = 8):
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, fused=True)
     loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.zeros(16)), batch_size=4, shuffle=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    outcome = train(accelerator, model, optimizer, loader, cfg, plan_batches(cfg, 1), tmp_path, MPPRunConfig(), 0)
+    outcome = train(TrainingRun(accelerator, model, optimizer, loader, plan_batches(cfg, 1), cfg, tmp_path,
+                                MPPRunConfig()))
     return outcome, model, optimizer
 
 

@@ -11,7 +11,7 @@ import sys
 
 from safetensors.torch import load_file
 
-from mpp.preemption import StopSignals
+from mpp.training.preemption import StopSignals
 from tests.launching import RECIPE, TINY, launch, wait_for_log
 
 STEPS = ["train.steps=200", "train.log_every=1", "train.checkpoint_every=1000"]

@@ -8,7 +8,6 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from mpp.checkpoint import export_encoder
 from mpp.config import ConfigError
 from mpp.encoder import create_encoder
 from mpp.pretrained import (
@@ -19,6 +18,7 @@ from mpp.pretrained import (
     read_pretrained,
     resample_position_embeddings,
 )
+from mpp.training.checkpoint import export_encoder
 
 
 def test_position_embeddings_are_unchanged_when_the_grid_is_the_same():

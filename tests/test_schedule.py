@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from mpp.schedule import learning_rate
+from mpp.training.schedule import learning_rate
 
 
 def test_linear_warmup_then_cosine_to_the_final_rate():

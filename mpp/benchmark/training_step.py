@@ -41,7 +41,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from mpp.config import ClassifierConfig, MPPRunConfig, build_config
 from mpp.encoder import create_encoder
-from mpp.optimizer import create_optimizer
+from mpp.training.optimizer import create_optimizer
 
 DEFAULT_PRESET = Path("recipes/configs/mpp_tiny_cpu.yaml")  # from the repository root, as the README runs it
 PEER_VERSION = "1.16.0"

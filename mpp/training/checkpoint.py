@@ -25,9 +25,8 @@ from timm.models.vision_transformer import VisionTransformer
 from timm.utils import ModelEmaV3
 
 from mpp.config import ConfigError, TrainingRunConfig, config_to_dict, save_config
+from mpp.run.directory import CHECKPOINTS_DIR, CONFIG_FILE
 
-CHECKPOINTS_DIR = "checkpoints"
-EXPORT_DIR = "export"
 STATE_FILE = "trainer_state.json"
 AVERAGED_FILE = "averaged_model.safetensors"
 PARTIAL_SUFFIX = ".partial"
@@ -65,7 +64,7 @@ def save_checkpoint(
     accelerator.save_state(str(partial))
     if accelerator.is_main_process:
         (partial / STATE_FILE).write_text(json.dumps({"step": step}))
-        save_config(config, partial / "config.yaml")
+        save_config(config, partial / CONFIG_FILE)
         if averaged is not None:
             save_file({name: value.detach().cpu().contiguous() for name, value in averaged.module.state_dict().items()},
                       partial / AVERAGED_FILE)
@@ -97,7 +96,7 @@ def resume_checkpoint(resume: str, run_dir: Path) -> Optional[Path]:
 def check_resume_compatible(checkpoint: Path, config: TrainingRunConfig) -> None:
     """Refuse to resume a checkpoint whose model or objective differs from the current config: each section (or
     top-level key, such as ``init``) of the config's ``RESUME_MUST_MATCH`` must be as it was."""
-    saved = yaml.safe_load((checkpoint / "config.yaml").read_text())
+    saved = yaml.safe_load((checkpoint / CONFIG_FILE).read_text())
     current = config_to_dict(config)
     changed = []
     for section in config.RESUME_MUST_MATCH:

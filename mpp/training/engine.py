@@ -1,7 +1,7 @@
-"""The training loop, shared by the recipes: accumulation, clipping, schedule, logging and checkpoints.
+"""The training loop every run goes through: accumulation, clipping, schedule, logging and checkpoints.
 
 The model's forward takes (images, labels) and returns an object with ``loss`` and ``accuracy`` (scalars); the loop
-needs nothing else from it. After ``accelerator.prepare`` nothing here is device-specific.
+needs nothing else from it. It trains what ``Trainer`` (trainer.py) prepared; nothing here is device-specific.
 """
 
 from __future__ import annotations
@@ -9,28 +9,25 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Protocol, Sequence
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, set_seed
+from accelerate.utils import set_seed
 from timm.utils import ModelEmaV3
 from torch.utils.data import DataLoader, IterableDataset
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from mpp.checkpoint import save_checkpoint
-from mpp.config import ConfigError, RuntimeConfig, TrainConfig
-from mpp.non_finite import NonFiniteGuard
-from mpp.preemption import Preempted, StopSignals
-from mpp.run_directory import runs_parent
-from mpp.schedule import learning_rate
+from mpp.config import ConfigError, TrainConfig
+from mpp.training.checkpoint import save_checkpoint
+from mpp.training.non_finite import NonFiniteGuard
+from mpp.training.preemption import Preempted, StopSignals
+from mpp.training.schedule import learning_rate
 
-Report = tuple[int, Callable[[int, int], None]]  # (every so many steps, report(step, images_seen)): see train()
 logger = logging.getLogger(__name__)
 
 
@@ -54,41 +51,6 @@ def plan_batches(cfg: TrainConfig, num_processes: int) -> BatchPlan:
             f"multiple of micro_batch_size x processes"
         )
     return BatchPlan(cfg.global_batch_size, micro, num_processes, cfg.global_batch_size // per_pass)
-
-
-def describe_plan(plan: BatchPlan, cfg: TrainConfig) -> str:
-    return (
-        f"global batch {plan.global_batch_size} = {plan.micro_batch_size} per pass x {plan.num_processes} "
-        f"process(es) x {plan.accumulation_steps} accumulation step(s); {cfg.steps} steps "
-        f"({cfg.steps * plan.global_batch_size} images); peak lr {cfg.lr:.2e}, {cfg.warmup_steps} warm-up steps, "
-        f"{cfg.decay} decay" + ("; compiled with torch.compile (inductor)" if cfg.compile else "")
-    )
-
-
-def create_accelerator(runtime: RuntimeConfig, seed: int, output_dir: str) -> Accelerator:
-    """The one Accelerator of a run: mixed precision, optionally torch.compile (applied by ``prepare``), seeded data
-    order, TensorBoard in the run directory."""
-    return Accelerator(
-        mixed_precision=runtime.mixed_precision,
-        dynamo_backend="inductor" if runtime.compile else None,
-        gradient_accumulation_plugin=GradientAccumulationPlugin(sync_with_dataloader=False),  # steps: train()
-        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=seed),
-        log_with="tensorboard",
-        # TensorBoard writes to <project_dir>/<run name>: the run directory itself (see start_run).
-        project_dir=str(runs_parent(output_dir)),
-    )
-
-
-def local_processes(accelerator: Accelerator) -> int:
-    """Processes of this run on this machine (they share its cores)."""
-    return int(os.environ.get("LOCAL_WORLD_SIZE", accelerator.num_processes))
-
-
-def set_cpu_threads(accelerator: Accelerator, threads: int) -> int:
-    """On a CPU, use ``threads`` per process, or share this machine's cores (accelerate launch sets just one)."""
-    if accelerator.device.type == "cpu":
-        torch.set_num_threads(threads or max(1, len(os.sched_getaffinity(0)) // local_processes(accelerator)))
-    return torch.get_num_threads()
 
 
 def endless_batches(loader: DataLoader, accelerator: Accelerator, start: int) -> Iterator[Any]:
@@ -120,33 +82,42 @@ def report_skipped_images(accelerator: Accelerator, dataset: Any) -> int:
     return total
 
 
-def train(
-    accelerator: Accelerator,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    loader: DataLoader,
-    cfg: TrainConfig,
-    plan: BatchPlan,
-    run_dir: Path,
-    config: Any,
-    seed: int,
-    start_step: int = 0,
-    accuracy_name: str = "mpp_accuracy",
-    averaged: Optional[ModelEmaV3] = None,
-    log_prefix: str = "",
-    periodic: Sequence[Report] = (),
-) -> dict[str, Any]:
-    """Train from ``start_step`` to ``cfg.steps``; returns the final metrics of the run.
+@dataclass
+class TrainingRun:
+    """What the loop trains: one run's parts, prepared by accelerate."""
 
-    ``accuracy_name`` names the model's accuracy in logs and metrics; ``averaged``, if given, is updated after every
-    optimizer step and saved with the checkpoints; ``log_prefix`` goes before every TensorBoard tag. Each
-    ``(every, report)`` of ``periodic`` is called as ``report(step, images_seen)`` before the first step and after
-    every ``every`` steps (few-shot accuracy, pictures); its time is not counted in the throughput.
+    accelerator: Accelerator
+    model: torch.nn.Module  # forward(images, labels) -> an output with a scalar loss and accuracy
+    optimizer: torch.optim.Optimizer
+    loader: DataLoader
+    plan: BatchPlan
+    cfg: TrainConfig
+    run_dir: Path  # checkpoints go to run_dir/checkpoints/
+    config: Any  # the run's whole config: saved with every checkpoint; its seed seeds every pass
+    averaged: Optional[ModelEmaV3] = None  # a Polyak average, updated after every optimizer step and checkpointed
+    accuracy_name: str = "train_accuracy"  # the model's accuracy in logs and metrics
+    log_prefix: str = ""  # before every TensorBoard tag and log line (the runs of a sweep share one events file)
+
+
+class PeriodicReport(Protocol):
+    """What a run reports besides its loss (few-shot accuracy, pictures): called as ``report(step, images_seen)``
+    before the first step and after every ``every`` steps. Its time is not counted in the throughput."""
+
+    every: int
+
+    def __call__(self, step: int, images_seen: int) -> None: ...
+
+
+def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicReport] = ()) -> dict[str, Any]:
+    """Train from ``start_step`` to ``run.cfg.steps``; returns the final metrics of the run.
 
     Raises ``Preempted`` (after saving a checkpoint) on SIGTERM / SIGINT, and ``NonFiniteStep`` where
     ``train.on_nonfinite`` says to stop.
     """
-    batches = endless_batches(loader, accelerator, start=start_step * plan.accumulation_steps)
+    accelerator, model, optimizer, plan, cfg = run.accelerator, run.model, run.optimizer, run.plan, run.cfg
+    seed = run.config.seed
+    accelerator.gradient_accumulation_steps = plan.accumulation_steps
+    batches = endless_batches(run.loader, accelerator, start=start_step * plan.accumulation_steps)
     guard = NonFiniteGuard(optimizer, accelerator.device, stop=cfg.on_nonfinite == "stop",
                            scaler_skips=accelerator.scaler is not None)
     # Running sums stay on the device; they are read (one synchronisation) only on log steps.
@@ -158,7 +129,7 @@ def train(
     progress = tqdm(total=cfg.steps, initial=start_step, desc="train", disable=not accelerator.is_local_main_process)
     unwrapped = accelerator.unwrap_model(model)
     with logging_redirect_tqdm(), StopSignals() as stop_signals, progress:
-        for every, report in periodic if start_step == 0 else ():
+        for report in reports if start_step == 0 else ():
             report(0, 0)
         model.train()
         window_start = first_step_done = time.perf_counter()  # throughput counts training steps only
@@ -181,8 +152,8 @@ def train(
                         guard.judge_step(step + 1, grad_norm)  # a bad step is skipped by the optimizer itself
                     optimizer.step()  # a no-op until the last accumulation pass
                     optimizer.zero_grad(set_to_none=True)
-                    if averaged is not None and accelerator.sync_gradients:
-                        averaged.update(unwrapped, step=step + 1)  # one foreach lerp over the weights
+                    if run.averaged is not None and accelerator.sync_gradients:
+                        run.averaged.update(unwrapped, step=step + 1)  # one foreach lerp over the weights
                 values = torch.stack([output.loss.detach(), output.accuracy.detach(), torch.ones_like(sums[0])])
                 sums += torch.where(torch.isfinite(values[0]), values, 0)
             progress.update()
@@ -197,7 +168,7 @@ def train(
                 now = time.perf_counter()
                 metrics = {
                     "loss": loss,
-                    accuracy_name: accuracy,
+                    run.accuracy_name: accuracy,
                     "lr": lr,
                     "grad_norm": grad_norm.item(),
                     "images_per_second": window_steps * plan.global_batch_size / (now - window_start),
@@ -205,11 +176,12 @@ def train(
                 }
                 # The x-axis counts images seen, so runs with different batch sizes line up.
                 images_seen = done * plan.global_batch_size
-                accelerator.log({f"{log_prefix}train/{key}": value for key, value in metrics.items()}, step=images_seen)
+                accelerator.log({f"{run.log_prefix}train/{key}": value for key, value in metrics.items()},
+                                step=images_seen)
                 progress.set_postfix(loss=f"{loss:.4f}", acc=f"{accuracy:.3f}")
                 logger.info(
                     "%sstep %d/%d  loss %.4f  %s %.4f  lr %.2e  grad_norm %.3f  %.1f images/s%s",
-                    log_prefix, done, cfg.steps, loss, accuracy_name, accuracy, lr, metrics["grad_norm"],
+                    run.log_prefix, done, cfg.steps, loss, run.accuracy_name, accuracy, lr, metrics["grad_norm"],
                     metrics["images_per_second"], guard.describe(metrics["skipped_steps"]),
                 )
                 guard.reset()
@@ -218,19 +190,19 @@ def train(
                 window_steps, window_start = 0, now
 
             pausing = time.perf_counter()
-            for every, report in periodic:
-                if done % every == 0:
+            for report in reports:
+                if done % report.every == 0:
                     report(done, done * plan.global_batch_size)
             signum = stop_signals.agreed(accelerator, done, cfg.stop_check_every)
             if done % cfg.checkpoint_every == 0 or done == cfg.steps or signum:
                 guard.check(done, window_steps)  # never checkpoint after a step that must stop the run
-                path = save_checkpoint(accelerator, run_dir, done, config, cfg.keep_checkpoints, averaged)
+                path = save_checkpoint(accelerator, run.run_dir, done, run.config, cfg.keep_checkpoints, run.averaged)
                 logger.info("saved checkpoint %s", path)
                 if signum:
                     raise Preempted(signum, done, path)
             pause = time.perf_counter() - pausing  # speeds count training time, not reports or checkpoint writing
             window_start, first_step_done = window_start + pause, first_step_done + pause
-    skipped = report_skipped_images(accelerator, loader.dataset)
+    skipped = report_skipped_images(accelerator, run.loader.dataset)
 
     steps_run = cfg.steps - start_step
     elapsed = time.perf_counter() - (first_step_done if steps_run > 1 else run_start)
@@ -238,7 +210,7 @@ def train(
     return {
         "step": cfg.steps,
         "loss": metrics.get("loss"),
-        accuracy_name: metrics.get(accuracy_name),
+        run.accuracy_name: metrics.get(run.accuracy_name),
         "images_per_second": timed_steps * plan.global_batch_size / elapsed if steps_run else None,
         "images_seen": cfg.steps * plan.global_batch_size,
         "num_processes": plan.num_processes,

@@ -1,10 +1,9 @@
-"""One directory per run: ``config.yaml``, ``log.txt``, TensorBoard events, ``checkpoints/``, ``export/`` and
-``metrics.json``. A run never writes over an earlier one unless told to resume it or to overwrite it."""
+"""One directory per run, and what is in it. A run never writes over an earlier one unless told to resume it or to
+overwrite it; ``metrics.json`` is written last and whole, so a run that has one is complete."""
 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import time
@@ -14,9 +13,18 @@ from typing import Any, Optional
 from accelerate import PartialState
 from accelerate.utils import broadcast_object_list
 
-from mpp.config import RunError, save_config
+from mpp.config import RunError
 
 RUNS_DIR = Path("runs")  # where a run goes when no output_dir is given
+# The layout of a run directory (README, "The run directory"); TensorBoard's events files sit beside these.
+CONFIG_FILE = "config.yaml"  # the resolved config
+LOG_FILE = "log.txt"
+METRICS_FILE = "metrics.json"
+CHECKPOINTS_DIR = "checkpoints"  # step_<N>/, the newest train.keep_checkpoints of them
+EXPORT_DIR = "export"  # the encoder in timm's hub format
+PICTURES_DIR = "pictures"
+FEATURES_DIR = "features"  # an evaluation's feature cache, unless eval.feature_cache names another
+SWEEP_DIR = "sweep"  # a fine-tuning sweep's runs, lr_<lr>/
 
 
 class RunDirectoryError(RunError):
@@ -55,41 +63,15 @@ def claim_output_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
     state.wait_for_everyone()
 
 
-def start_run(accelerator: Any, config: Any, run_dir: Path) -> None:
-    """Claim ``run_dir`` (never silently overwritten), then write its config and open its log file and TensorBoard
-    events. Call once everything that can be wrong with the config has been checked."""
-    resume = bool(getattr(config, "resume", ""))  # an evaluation has nothing to resume (its features are cached)
-    claim_output_dir(run_dir, resume=resume, overwrite=config.overwrite)
-    log_to_file(run_dir)
-    if accelerator.is_main_process:
-        save_config(config, run_dir / "config.yaml")
-    accelerator.init_trackers(run_dir.name)
-
-
-def configure_logging() -> None:
-    """Log lines on the console from the main process only; accelerate's own chatter at warnings."""
-    level = logging.INFO if PartialState().is_main_process else logging.WARNING
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S", level=level)
-    logging.getLogger("accelerate").setLevel(logging.WARNING)
-
-
-def log_to_file(run_dir: Path) -> None:
-    """Send the package's log records to ``<run>/log.txt`` too (main process only, appending across resumes)."""
-    if PartialState().is_main_process:
-        handler = logging.FileHandler(run_dir / "log.txt")
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        logging.getLogger().addHandler(handler)
-
-
 def read_metrics(run_dir: Path) -> Optional[dict[str, Any]]:
     """A finished run's ``metrics.json`` (written last, whole or not at all), or None if the run has not finished."""
-    path = run_dir / "metrics.json"
+    path = run_dir / METRICS_FILE
     return json.loads(path.read_text()) if path.is_file() else None
 
 
 def write_metrics(run_dir: Path, metrics: dict[str, Any]) -> None:
     """Write ``metrics.json`` whole or not at all (main process only)."""
     if PartialState().is_main_process:
-        partial = run_dir / "metrics.json.partial"
+        partial = run_dir / f"{METRICS_FILE}.partial"
         partial.write_text(json.dumps(metrics, indent=2) + "\n")
-        os.replace(partial, run_dir / "metrics.json")
+        os.replace(partial, run_dir / METRICS_FILE)

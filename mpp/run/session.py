@@ -1,0 +1,108 @@
+"""What every entry point does first and last, training or evaluation: one ``Session`` per run.
+
+    with Session(cfg, cfg.train, prefix="mpp") as session:
+        ...  # build the model and data: everything that can be wrong with the config fails here
+        session.start()  # claims the run directory: config.yaml, log.txt, TensorBoard
+        ...  # train or evaluate
+        session.finish(metrics)  # metrics.json, last
+
+After the Accelerator is made nothing is device-specific: the same code runs on a CPU, GPUs or a TPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate import Accelerator, PartialState
+from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, set_seed
+
+from mpp.config import RuntimeConfig, save_config
+from mpp.run.directory import CONFIG_FILE, LOG_FILE, claim_output_dir, resolve_output_dir, runs_parent, write_metrics
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+logger = logging.getLogger(__name__)
+
+
+def create_accelerator(runtime: RuntimeConfig, seed: int, output_dir: str) -> Accelerator:
+    """The one Accelerator of a run: mixed precision, optionally torch.compile (applied by ``prepare``), seeded data
+    order, TensorBoard in the run directory."""
+    return Accelerator(
+        mixed_precision=runtime.mixed_precision,
+        dynamo_backend="inductor" if runtime.compile else None,
+        gradient_accumulation_plugin=GradientAccumulationPlugin(sync_with_dataloader=False),  # steps: the loop's
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=seed),
+        log_with="tensorboard",
+        # TensorBoard writes to <project_dir>/<run name>: the run directory itself (see Session.start).
+        project_dir=str(runs_parent(output_dir)),
+    )
+
+
+def local_processes(accelerator: Accelerator) -> int:
+    """Processes of this run on this machine (they share its cores)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", accelerator.num_processes))
+
+
+def set_cpu_threads(accelerator: Accelerator, threads: int) -> int:
+    """On a CPU, use ``threads`` per process, or share this machine's cores (accelerate launch sets just one)."""
+    if accelerator.device.type == "cpu":
+        torch.set_num_threads(threads or max(1, len(os.sched_getaffinity(0)) // local_processes(accelerator)))
+    return torch.get_num_threads()
+
+
+def configure_logging() -> None:
+    """Log lines on the console from the main process only; accelerate's own chatter at warnings."""
+    level = logging.INFO if PartialState().is_main_process else logging.WARNING
+    logging.basicConfig(format=LOG_FORMAT, datefmt="%H:%M:%S", level=level)
+    logging.getLogger("accelerate").setLevel(logging.WARNING)
+
+
+def log_to_file(run_dir: Path) -> None:
+    """Send the package's log records to ``<run>/log.txt`` too (main process only, appending across resumes)."""
+    if PartialState().is_main_process:
+        handler = logging.FileHandler(run_dir / LOG_FILE)
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        logging.getLogger().addHandler(handler)
+
+
+class Session:
+    """One run of an entry point. Made first: the Accelerator (``runtime``: precision, compilation, threads), console
+    logging, the run directory's name (``runs/<prefix>-<date>-<time>`` unless ``config.output_dir`` says), every
+    random generator seeded from ``config.seed``. Leaving the ``with`` block on an error (a signal, a non-finite step,
+    bad data) closes TensorBoard; checkpoints stay as they are."""
+
+    def __init__(self, config: Any, runtime: RuntimeConfig, prefix: str) -> None:
+        self.config = config
+        self.accelerator = create_accelerator(runtime, config.seed, config.output_dir)
+        configure_logging()
+        self.run_dir = resolve_output_dir(config.output_dir, prefix)
+        set_seed(config.seed)
+        self.threads = set_cpu_threads(self.accelerator, runtime.cpu_threads)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, error_type: Any, error: Any, traceback: Any) -> None:
+        if error_type is not None:
+            self.accelerator.end_training()  # TensorBoard flushed; what was written stays
+
+    def start(self) -> None:
+        """Claim the run directory (never silently overwritten), write its config, open its log file and TensorBoard.
+        Call once everything that can be wrong with the config has been checked: nothing is written before."""
+        resume = bool(getattr(self.config, "resume", ""))  # an evaluation has nothing to resume (features are cached)
+        claim_output_dir(self.run_dir, resume=resume, overwrite=self.config.overwrite)
+        log_to_file(self.run_dir)
+        if self.accelerator.is_main_process:
+            save_config(self.config, self.run_dir / CONFIG_FILE)
+        self.accelerator.init_trackers(self.run_dir.name)
+        logger.info("run directory %s on %s, %d threads per process", self.run_dir, self.accelerator.device,
+                    self.threads)
+
+    def finish(self, metrics: dict[str, Any]) -> None:
+        """``metrics.json``, last (a run that has one is complete), and TensorBoard closed."""
+        self.accelerator.wait_for_everyone()
+        write_metrics(self.run_dir, metrics)
+        self.accelerator.end_training()

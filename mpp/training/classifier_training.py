@@ -1,0 +1,97 @@
+"""What training a classifier adds to a run (supervised pre-training, fine-tuning): its top-1 accuracy on another
+split once trained, and the learning-rate sweep of fine-tuning (App. B.1.1), each point a run of its own."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any, Callable, Sequence
+
+import torch
+from accelerate import Accelerator
+from torch.utils.data import DataLoader, Dataset
+
+from mpp.classifier import ImageClassifier
+from mpp.config import DataError, FinetuneRunConfig
+from mpp.data import build_loader, prepare_loader
+from mpp.data.image_dataset import ImageDataset
+from mpp.data.subsets import holdout_split
+from mpp.data.transforms import ImageView
+from mpp.run.directory import SWEEP_DIR, read_metrics, write_metrics
+from mpp.run.session import Session, local_processes
+from mpp.training.engine import PeriodicReport
+from mpp.training.trainer import Trainer
+
+logger = logging.getLogger(__name__)
+
+
+@torch.no_grad()
+def top1_accuracy(accelerator: Accelerator, model: torch.nn.Module, loader: DataLoader) -> float:
+    """Fraction of ``loader``'s images whose highest logit is their label. ``loader`` is prepared: each process
+    scores its share, and ``gather_for_metrics`` drops the samples repeated to even out the last batch."""
+    was_training = model.training
+    model.eval()
+    hits = torch.zeros(2, device=accelerator.device)  # right, seen
+    for images, labels in loader:
+        with accelerator.autocast():  # a model accelerate did not prepare (the averaged weights) needs it too
+            logits = model(images, labels).logits
+        right = accelerator.gather_for_metrics(logits.argmax(dim=-1) == labels)
+        hits += torch.stack([right.sum(), torch.tensor(right.numel(), device=hits.device)])
+    model.train(was_training)
+    right, seen = hits.tolist()
+    return right / seen
+
+
+def score_classifier(trainer: Trainer, eval_set: Dataset, eval_name: str) -> dict[str, float]:
+    """``<eval_name>_accuracy`` of the classifier ``trainer`` trained (and ``..._averaged``, of its averaged
+    weights), logged and sent to TensorBoard as ``eval/...``."""
+    accelerator = trainer.session.accelerator
+    loader = prepare_loader(accelerator, build_loader(eval_set, trainer.plan.micro_batch_size, trainer.config.data,
+                                                      train=False, device_type=accelerator.device.type,
+                                                      local_processes=local_processes(accelerator)))
+    scores = {f"{eval_name}_accuracy": top1_accuracy(accelerator, trainer.model, loader)}
+    if trainer.averaged is not None:
+        scores[f"{eval_name}_accuracy_averaged"] = top1_accuracy(accelerator, trainer.averaged.module, loader)
+    images_seen = trainer.cfg.steps * trainer.plan.global_batch_size
+    accelerator.log({f"{trainer.log_prefix}eval/{key}": value for key, value in scores.items()}, step=images_seen)
+    logger.info("%s%s on %d %s images", trainer.log_prefix,
+                ", ".join(f"{key} {value:.4f}" for key, value in scores.items()), len(eval_set), eval_name)
+    return scores
+
+
+def train_classifier(trainer: Trainer, eval_set: Dataset, eval_name: str, reports: Sequence[PeriodicReport] = ()
+                     ) -> dict[str, Any]:
+    """Train, then score top-1 on ``eval_set``: the run's metrics with its peak ``lr`` and its scores."""
+    metrics = trainer.fit(reports)
+    metrics["lr"] = trainer.cfg.lr
+    metrics.update(score_classifier(trainer, eval_set, eval_name))
+    return metrics
+
+
+def sweep_learning_rates(session: Session, config: FinetuneRunConfig, fresh_model: Callable[[], ImageClassifier],
+                         train_set: ImageDataset, eval_view: ImageView) -> dict[float, float]:
+    """The held-out accuracy of each learning rate of ``config.finetune.sweep_lrs`` (App. B.1.1): each trains a
+    ``fresh_model()`` on ``train_set`` less a seeded slice of it and is scored on that slice, seen through
+    ``eval_view`` (the averaged weights' accuracy when the run averages). Each point is a run of its own in
+    ``<run>/sweep/lr_<lr>``; a finished one (its metrics.json) is read back when resuming."""
+    sweep = config.finetune
+    if not isinstance(train_set, ImageDataset):
+        raise DataError("a learning-rate sweep holds out part of the training images; it needs data.streaming=false")
+    kept, held_out = holdout_split(len(train_set), sweep.sweep_holdout_fraction, config.data.subset_seed)
+    sweep_train, holdout = train_set.subset(kept), train_set.subset(held_out, eval_view)
+    score = "holdout_accuracy_averaged" if sweep.ema_decay else "holdout_accuracy"
+    scores = {}
+    for lr in sweep.sweep_lrs:
+        point_dir = session.run_dir / SWEEP_DIR / f"lr_{lr:g}"
+        finished = read_metrics(point_dir)
+        if finished is not None:
+            scores[lr] = finished[score]
+            continue
+        point_dir.mkdir(parents=True, exist_ok=True)
+        trainer = Trainer(session, fresh_model(), sweep_train, config, train=dataclasses.replace(config.train, lr=lr),
+                          run_dir=point_dir, resume="auto" if config.resume else "", ema_decay=sweep.ema_decay,
+                          log_prefix=f"sweep/lr_{lr:g}/")
+        metrics = train_classifier(trainer, holdout, "holdout")
+        write_metrics(point_dir, metrics)
+        scores[lr] = metrics[score]
+    return scores

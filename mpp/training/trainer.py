@@ -1,0 +1,95 @@
+"""One training run, assembled the one way every recipe does it (and each point of a learning-rate sweep):
+
+    batch plan -> loader -> optimizer -> the checkpoint to resume -> accelerate's prepare -> resume -> the loop
+
+Made before the run directory is claimed, so that data smaller than a batch, a batch that does not split over the
+processes or a checkpoint that does not fit the config stops the run before anything is written; ``fit`` prepares and
+trains.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import torch
+from timm.utils import ModelEmaV3
+from torch.utils.data import Dataset
+
+from mpp.config import TrainConfig, TrainingRunConfig
+from mpp.data import build_loader, prepare_loader
+from mpp.run.session import Session, local_processes
+from mpp.training.checkpoint import check_resume_compatible, load_checkpoint, resume_checkpoint
+from mpp.training.engine import PeriodicReport, TrainingRun, plan_batches, train
+from mpp.training.optimizer import create_optimizer
+
+logger = logging.getLogger(__name__)
+
+
+class Trainer:
+    """Trains ``model`` on ``train_set`` as ``config`` says. A sweep's point overrides ``train`` (its learning rate),
+    ``run_dir`` (its own folder: checkpoints, metrics) and ``resume``; ``ema_decay`` > 0 keeps a Polyak average of
+    the weights (Table 2); ``accuracy_name`` names the model's accuracy in logs and metrics, and ``log_prefix`` goes
+    before every log line and TensorBoard tag."""
+
+    def __init__(
+        self,
+        session: Session,
+        model: torch.nn.Module,
+        train_set: Dataset,
+        config: TrainingRunConfig,
+        *,
+        train: Optional[TrainConfig] = None,
+        run_dir: Optional[Path] = None,
+        resume: Optional[str] = None,
+        ema_decay: float = 0.0,
+        accuracy_name: str = "train_accuracy",
+        log_prefix: str = "",
+    ) -> None:
+        self.session, self.model, self.config = session, model, config
+        self.cfg = train or config.train
+        self.run_dir = run_dir or session.run_dir
+        self.ema_decay, self.accuracy_name, self.log_prefix = ema_decay, accuracy_name, log_prefix
+        accelerator = session.accelerator
+        self.plan = plan_batches(self.cfg, accelerator.num_processes)
+        self.loader = build_loader(train_set, self.plan.micro_batch_size, config.data, train=True,
+                                   device_type=accelerator.device.type, local_processes=local_processes(accelerator))
+        self.optimizer = create_optimizer(model, self.cfg)
+        self.checkpoint = resume_checkpoint(config.resume if resume is None else resume, self.run_dir)
+        if self.checkpoint is not None:
+            check_resume_compatible(self.checkpoint, config)
+        self.averaged: Optional[ModelEmaV3] = None
+
+    def describe(self) -> str:
+        """The batch split, schedule and optimizer, for the log (derived once, logged once)."""
+        plan, cfg = self.plan, self.cfg
+        return (
+            f"global batch {plan.global_batch_size} = {plan.micro_batch_size} per pass x {plan.num_processes} "
+            f"process(es) x {plan.accumulation_steps} accumulation step(s); {cfg.steps} steps "
+            f"({cfg.steps * plan.global_batch_size} images); peak lr {cfg.lr:.2e}, {cfg.warmup_steps} warm-up steps, "
+            f"{cfg.decay} decay; {cfg.optimizer} optimizer, weight decay {cfg.weight_decay:g}"
+            + (f"; weights averaged (decay {self.ema_decay})" if self.ema_decay else "")
+            + ("; compiled with torch.compile (inductor)" if cfg.compile else "")
+        )
+
+    def fit(self, reports: Sequence[PeriodicReport] = ()) -> dict[str, Any]:
+        """Prepare, resume where there is a checkpoint, train to the last step; returns the run's metrics."""
+        accelerator = self.session.accelerator
+        accelerator.free_memory()  # only this run's model and optimizer are prepared, so only they are checkpointed
+        self.model, self.optimizer = accelerator.prepare(self.model, self.optimizer)
+        loader = prepare_loader(accelerator, self.loader)
+        # A copy of the weights, lerped towards the trained ones after every step; on the model's device.
+        self.averaged = ModelEmaV3(self.trained_model, decay=self.ema_decay) if self.ema_decay else None
+        start_step = 0
+        if self.checkpoint is not None:
+            start_step = load_checkpoint(accelerator, self.checkpoint, self.averaged)
+            logger.info("%sresumed from %s at step %d", self.log_prefix, self.checkpoint, start_step)
+        run = TrainingRun(accelerator, self.model, self.optimizer, loader, self.plan, self.cfg, self.run_dir,
+                          self.config, self.averaged, self.accuracy_name, self.log_prefix)
+        return train(run, start_step, reports)
+
+    @property
+    def trained_model(self) -> torch.nn.Module:
+        """The model itself, without what accelerate wrapped it in (distribution, compilation)."""
+        return self.session.accelerator.unwrap_model(self.model)
