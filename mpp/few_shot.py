@@ -18,8 +18,8 @@ from accelerate import Accelerator
 from mpp.config import FewShotConfig, MonitorConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.subsets import disjoint_per_class, shots_per_class
-from mpp.frozen_encoder import FeatureExtractor
 from mpp.frozen_feature_classifiers import accuracy, ridge_predictions, ridge_regression
+from mpp.models.encoder import ImageEncoder
 
 DEFAULT_L2_GRID = FewShotConfig().l2_grid
 logger = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class FewShotMonitor:
         through the evaluation view, labelled."""
         self.accelerator, self.cfg, self.dataset, self.batch_size = accelerator, cfg, dataset, batch_size
         self.every = cfg.few_shot_every
-        self.extractor = FeatureExtractor(model.encoder, model.normalise, cfg.features)  # shares the weights
+        self.extractor = ImageEncoder(model.encoder, model.normalise, cfg.features)  # shares the weights
         counts = [cfg.few_shot_shots, cfg.few_shot_holdout_per_class, cfg.few_shot_test_per_class]
         self.positions = torch.cat(disjoint_per_class(dataset.labels, counts, seed, "monitor.few_shot_*"))
         self.labels = dataset.labels[self.positions].to(accelerator.device)

@@ -11,36 +11,22 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from accelerate import Accelerator
 from safetensors.torch import load_file, save_file
-from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from mpp.classifier import pooled_features
 from mpp.config import ConfigError, EvaluationRunConfig
 from mpp.data import build_dataset, build_loader, prepare_loader
 from mpp.data.image_dataset import ImageDataset
-from mpp.encoder import InputNormalisation, count_parameters
-from mpp.pretrained import fine_tuning_encoder, fine_tuning_model_config, input_normalisation, read_pretrained
-from mpp.run.directory import FEATURES_DIR
+from mpp.models.encoder import ImageEncoder, InputNormalisation, count_parameters
+from mpp.models.pretrained import fine_tuning_encoder, fine_tuning_model_config, input_normalisation, read_pretrained
+from mpp.run.directory import FEATURES_DIR, PARTIAL_SUFFIX
 from mpp.run.session import Session, local_processes
 
 logger = logging.getLogger(__name__)
-
-
-class FeatureExtractor(nn.Module):
-    """(b c h w) raw images in [0, 1] -> (b d) features: the encoder's output after its final norm, pooled."""
-
-    def __init__(self, encoder: VisionTransformer, normalise: InputNormalisation, pool: Literal["token", "avg"]):
-        super().__init__()
-        self.encoder, self.normalise, self.pool = encoder, normalise, pool
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        tokens = self.encoder.forward_features(self.normalise(images))
-        return pooled_features(tokens, self.pool, self.encoder.num_prefix_tokens).float()
 
 
 @dataclass
@@ -48,7 +34,7 @@ class EvaluationRun:
     """An evaluation's session (``with`` it), its frozen encoder and both splits."""
 
     session: Session
-    extractor: FeatureExtractor  # prepared, in eval mode
+    extractor: ImageEncoder  # prepared, in eval mode
     train_set: ImageDataset  # both splits resized (and centre-cropped), never augmented
     test_set: ImageDataset
     config: EvaluationRunConfig
@@ -80,7 +66,7 @@ class EvaluationRun:
         features, labels = extract_features(self.accelerator, self.extractor, dataset, cfg)
         if self.accelerator.is_main_process:
             cache.mkdir(parents=True, exist_ok=True)
-            partial = path.with_suffix(".partial")
+            partial = path.with_suffix(PARTIAL_SUFFIX)
             save_file({"features": features.cpu().contiguous(), "labels": labels.cpu().contiguous()}, partial)
             os.replace(partial, path)  # a cache entry is whole or absent
         logger.info("%s: %d features of dimension %d extracted, cached as %s", name, len(labels), features.shape[1],
@@ -102,7 +88,7 @@ def open_evaluation_run(cfg: EvaluationRunConfig, prefix: str) -> EvaluationRun:
     model_cfg = fine_tuning_model_config(cfg.model, pretrained)
     mean, std = input_normalisation(pretrained, cfg.data.mean, cfg.data.std)
     encoder = fine_tuning_encoder(model_cfg, pretrained)
-    extractor = FeatureExtractor(encoder, InputNormalisation(mean, std, model_cfg.in_chans), cfg.eval.features)
+    extractor = ImageEncoder(encoder, InputNormalisation(mean, std, model_cfg.in_chans), cfg.eval.features)
     extractor.requires_grad_(False).eval()
     if cfg.data.streaming:
         raise ConfigError("evaluation reads each image once, by position: set data.streaming=false")
@@ -119,7 +105,7 @@ def open_evaluation_run(cfg: EvaluationRunConfig, prefix: str) -> EvaluationRun:
     return run
 
 
-def feature_fingerprint(extractor: FeatureExtractor, dataset: ImageDataset) -> str:
+def feature_fingerprint(extractor: ImageEncoder, dataset: ImageDataset) -> str:
     """A digest of everything the features depend on: the weights, normalisation and pooling, and which images
     through which view."""
     digest = hashlib.sha256()
@@ -143,7 +129,7 @@ def extract_features(accelerator: Accelerator, extractor: nn.Module, dataset: Im
     features, labels = [], []
     for images, batch_labels in prepare_loader(accelerator, loader):
         with accelerator.autocast():
-            batch_features = extractor(images)
+            batch_features = extractor(images).float()  # cached, and fitted on, in float32
         gathered = accelerator.gather_for_metrics((batch_features, batch_labels))
         features.append(gathered[0])
         labels.append(gathered[1])

@@ -17,15 +17,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
-from einops import rearrange, repeat
+from einops import rearrange
 from timm.models.vision_transformer import VisionTransformer
 
 from mpp.attention_maps import attention_rollout, mean_attention_distance
 from mpp.config import InspectionConfig
-from mpp.corruption import MASK, RANDOM, Corruption
-from mpp.masked_patch_prediction import MaskedPatchPredictor
+from mpp.models.corruption import MASK, RANDOM, Corruption
+from mpp.models.masked_patch_prediction import MaskedPatchPredictor
+from mpp.models.targets import as_rgb
 from mpp.pictures import colour_mapped, enlarged, figure_picture, image_grid, save_picture
-from mpp.targets import as_rgb, class_colours
 
 
 def filter_principal_components(weight: torch.Tensor, count: int) -> torch.Tensor:
@@ -130,23 +130,12 @@ def inspect_encoder(accelerator: Accelerator, encoder: VisionTransformer, normal
                                                                           paths.items()}}
 
 
-def patch_pictures(model: MaskedPatchPredictor, values: torch.Tensor) -> torch.Tensor:
-    """What the model predicts or targets for k patches, as pixels (b k p p 3): colour classes (b k t) painted
-    over their cells, or the pixel target (b k (p p 3)) as it is."""
-    p = model.patch_size
-    if model.cfg.target == "pixels":
-        return rearrange(values.float(), "b k (p q c) -> b k p q c", p=p, q=p).clamp(0, 1)
-    s = model.cells_per_side
-    colours = rearrange(class_colours(values, model.cfg.colour_bits), "b k (s1 s2) c -> b k s1 s2 c", s1=s)
-    return repeat(colours, "b k s1 s2 c -> b k (s1 r1) (s2 r2) c", r1=p // s, r2=p // s)
-
-
 def mpp_mosaic(model: MaskedPatchPredictor, images: torch.Tensor, corruption: Corruption) -> torch.Tensor:
     """Rows: the raw images; their corrupted views (a [mask] patch grey, a replaced patch showing the patch whose
     embedding it received, an unchanged one as it is); every corrupted patch painted with its target; and with the
     model's prediction. (3 H W), one image per column."""
     output = model(images, corruption=corruption)
-    p = model.patch_size
+    p = model.target.patch_size
     patches = rearrange(as_rgb(images).float(), "b c (h p) (w q) -> b (h w) p q c", p=p, q=p)
     rows = torch.arange(len(images), device=images.device)[:, None]  # (b 1), pairs with (b k) positions
     seen = patches.clone()
@@ -155,10 +144,9 @@ def mpp_mosaic(model: MaskedPatchPredictor, images: torch.Tensor, corruption: Co
         torch.where((corruption.replacement == RANDOM)[..., None, None, None], patches[rows, corruption.sources],
                     patches[rows, corruption.positions]))
     painted = []
-    for values in (output.target, output.prediction.argmax(dim=-1) if model.cfg.target != "pixels"
-                   else output.prediction):
+    for values in (output.target, model.target.predicted(output.prediction)):
         picture = patches.clone()
-        picture[rows, corruption.positions] = patch_pictures(model, values)
+        picture[rows, corruption.positions] = model.target.pictures(values)
         painted.append(picture)
     grid_height = images.shape[-2] // p
     mosaic = torch.cat([rearrange(x, "b (h w) p q c -> b c (h p) (w q)", h=grid_height) for x in

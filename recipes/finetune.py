@@ -24,12 +24,12 @@ sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(
 from accelerate.utils import set_seed
 from timm.models.vision_transformer import VisionTransformer
 
-from mpp.classifier import ImageClassifier
 from mpp.command_line import run_recipe
 from mpp.config import FinetuneRunConfig
 from mpp.data import build_dataset, image_view
-from mpp.encoder import count_parameters
-from mpp.pretrained import fine_tuning_encoder, fine_tuning_model_config, input_normalisation, read_pretrained
+from mpp.models.classifier import ImageClassifier
+from mpp.models.encoder import count_parameters
+from mpp.models.pretrained import fine_tuning_encoder, fine_tuning_model_config, input_normalisation, read_pretrained
 from mpp.run.session import Session
 from mpp.training.classifier_training import sweep_learning_rates, train_classifier
 from mpp.training.trainer import Trainer

@@ -17,15 +17,15 @@ from typing import Any
 # Python puts this script's folder first on sys.path, where recipes/mpp.py would shadow the `mpp` package.
 sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
 
-from mpp.classifier import ImageClassifier
 from mpp.command_line import run_recipe
 from mpp.config import SupervisedRunConfig
 from mpp.data import build_dataset
-from mpp.encoder import count_parameters, create_encoder
+from mpp.models.classifier import ImageClassifier
+from mpp.models.encoder import count_parameters, create_encoder
+from mpp.models.pretrained import export_encoder
 from mpp.monitors import pre_training_monitors
 from mpp.run.directory import EXPORT_DIR
 from mpp.run.session import Session
-from mpp.training.checkpoint import export_encoder
 from mpp.training.classifier_training import train_classifier
 from mpp.training.trainer import Trainer
 

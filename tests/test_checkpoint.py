@@ -9,11 +9,11 @@ import torch
 from accelerate import Accelerator
 
 from mpp.config import ConfigError, MPPRunConfig, build_config
-from mpp.encoder import create_encoder
+from mpp.models.encoder import create_encoder
+from mpp.models.pretrained import export_encoder
 from mpp.run.directory import RunDirectoryError, claim_output_dir
 from mpp.training.checkpoint import (
     check_resume_compatible,
-    export_encoder,
     list_checkpoints,
     load_checkpoint,
     resume_checkpoint,

@@ -8,9 +8,9 @@ import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
-from mpp.classifier import ImageClassifier, pooled_features
 from mpp.config import ClassifierConfig, ConfigError, TrainConfig
-from mpp.encoder import create_encoder
+from mpp.models.classifier import ImageClassifier
+from mpp.models.encoder import create_encoder, pooled_features
 from mpp.training.classifier_training import top1_accuracy
 from mpp.training.non_finite import NonFiniteGuard
 from mpp.training.optimizer import create_optimizer

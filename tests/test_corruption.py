@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mpp.corruption import (
+from mpp.models.corruption import (
     MASK,
     RANDOM,
     UNCHANGED,

@@ -38,8 +38,8 @@ def test_accumulation_takes_one_optimizer_step_per_global_batch(tiny_model_confi
 
     from mpp.config import DataConfig, MPPConfig, MPPRunConfig
     from mpp.data import build_dataset, build_loader
-    from mpp.encoder import create_encoder
-    from mpp.masked_patch_prediction import MaskedPatchPredictor
+    from mpp.models.encoder import create_encoder
+    from mpp.models.masked_patch_prediction import MaskedPatchPredictor
     from mpp.training.engine import TrainingRun, train
 
     cfg = TrainConfig(steps=3, global_batch_size=8, micro_batch_size=4, warmup_steps=1, log_every=1,

@@ -8,8 +8,8 @@ import json
 
 from mpp.config import DataConfig, ModelConfig, MPPConfig, config_to_dict
 from mpp.data import build_dataset, sample_images
-from mpp.encoder import create_encoder
-from mpp.masked_patch_prediction import MaskedPatchPredictor, most_frequent_class_accuracy
+from mpp.models.encoder import create_encoder
+from mpp.models.masked_patch_prediction import MaskedPatchPredictor, most_frequent_class_accuracy
 from tests.launching import launch
 
 MODEL = ModelConfig(name="vit_tiny_patch16_224", img_size=28, patch_size=4, embed_dim=48, depth=2, num_heads=3,

@@ -8,12 +8,10 @@ import torch
 from einops import rearrange
 
 from mpp.config import MPPConfig
-from mpp.corruption import MASK, RANDOM, UNCHANGED, Corruption
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.shapes import ShapesSource
 from mpp.data.transforms import ImageView
-from mpp.encoder import InputNormalisation, create_encoder
-from mpp.frozen_encoder import FeatureExtractor, feature_fingerprint
+from mpp.frozen_encoder import feature_fingerprint
 from mpp.inspection import (
     attention_weights,
     filter_principal_components,
@@ -21,9 +19,12 @@ from mpp.inspection import (
     position_similarity,
     rollout_overlays,
 )
-from mpp.masked_patch_prediction import MaskedPatchPredictor
+from mpp.models.corruption import MASK, RANDOM, UNCHANGED, Corruption
+from mpp.models.encoder import ImageEncoder as FeatureExtractor
+from mpp.models.encoder import InputNormalisation, create_encoder
+from mpp.models.masked_patch_prediction import MaskedPatchPredictor
+from mpp.models.targets import class_colours, colour_targets, quantise_colours
 from mpp.pictures import enlarged
-from mpp.targets import class_colours, colour_targets, quantise_colours
 
 
 def test_class_colours_invert_the_quantisation():

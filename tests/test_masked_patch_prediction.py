@@ -5,9 +5,9 @@ import torch
 from einops import repeat
 
 from mpp.config import ConfigError, MPPConfig
-from mpp.corruption import MASK, UNCHANGED, Corruption
-from mpp.encoder import create_encoder
-from mpp.masked_patch_prediction import MaskedPatchPredictor, most_frequent_class_accuracy
+from mpp.models.corruption import MASK, UNCHANGED, Corruption
+from mpp.models.encoder import create_encoder
+from mpp.models.masked_patch_prediction import MaskedPatchPredictor, most_frequent_class_accuracy
 
 MEAN, STD = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
 

@@ -9,8 +9,9 @@ import torch
 from safetensors.torch import save_file
 
 from mpp.config import ConfigError
-from mpp.encoder import create_encoder
-from mpp.pretrained import (
+from mpp.models.encoder import create_encoder
+from mpp.models.pretrained import (
+    export_encoder,
     fine_tuning_encoder,
     fine_tuning_model_config,
     input_normalisation,
@@ -18,7 +19,6 @@ from mpp.pretrained import (
     read_pretrained,
     resample_position_embeddings,
 )
-from mpp.training.checkpoint import export_encoder
 
 
 def test_position_embeddings_are_unchanged_when_the_grid_is_the_same():

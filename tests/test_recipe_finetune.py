@@ -76,9 +76,9 @@ def test_fine_tuning_an_mpp_run_at_a_higher_resolution(mpp_run, folders, tmp_pat
 
 
 def test_the_fine_tuning_model_starts_from_every_encoder_tensor_of_the_mpp_run(mpp_run):
-    from mpp.classifier import ImageClassifier
     from mpp.config import FinetuneRunConfig
-    from mpp.pretrained import fine_tuning_encoder, fine_tuning_model_config, read_pretrained
+    from mpp.models.classifier import ImageClassifier
+    from mpp.models.pretrained import fine_tuning_encoder, fine_tuning_model_config, read_pretrained
 
     pretrained = read_pretrained(str(mpp_run))
     cfg = FinetuneRunConfig()

@@ -15,7 +15,7 @@ import yaml
 from safetensors.torch import load_file
 
 from mpp.config import ModelConfig
-from mpp.encoder import create_encoder
+from mpp.models.encoder import create_encoder
 from tests.launching import RECIPE, TINY, launch
 
 

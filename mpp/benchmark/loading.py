@@ -30,7 +30,7 @@ from mpp.config import DataConfig, MPPRunConfig, build_config
 from mpp.data import build_dataset, build_loader
 from mpp.data.fashion_mnist import DEFAULT_DIR as FASHION_MNIST_DIR
 from mpp.data.shapes import ShapesSource
-from mpp.encoder import create_encoder
+from mpp.models.encoder import create_encoder
 
 FILE_IMAGES = 2048  # images written for the file-based sources
 FILE_IMAGE_SIZE = 128  # their side in pixels: decoding costs more than for 32x32 arrays, as with real photos

@@ -40,7 +40,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from mpp.config import ClassifierConfig, MPPRunConfig, build_config
-from mpp.encoder import create_encoder
+from mpp.models.encoder import create_encoder
 from mpp.training.optimizer import create_optimizer
 
 DEFAULT_PRESET = Path("recipes/configs/mpp_tiny_cpu.yaml")  # from the repository root, as the README runs it
@@ -65,8 +65,8 @@ def build_model(row: str, run: MPPRunConfig) -> torch.nn.Module:
     output holding it)."""
     if row == "vit-pytorch":
         return PeerMPP(peer_mpp(run))
-    from mpp.classifier import ImageClassifier
-    from mpp.masked_patch_prediction import MaskedPatchPredictor
+    from mpp.models.classifier import ImageClassifier
+    from mpp.models.masked_patch_prediction import MaskedPatchPredictor
 
     encoder = create_encoder(run.model)
     if row == "mpp":

@@ -25,6 +25,7 @@ EXPORT_DIR = "export"  # the encoder in timm's hub format
 PICTURES_DIR = "pictures"
 FEATURES_DIR = "features"  # an evaluation's feature cache, unless eval.feature_cache names another
 SWEEP_DIR = "sweep"  # a fine-tuning sweep's runs, lr_<lr>/
+PARTIAL_SUFFIX = ".partial"  # what is being written: renamed when whole, so a file or folder is complete or absent
 
 
 class RunDirectoryError(RunError):
@@ -72,6 +73,6 @@ def read_metrics(run_dir: Path) -> Optional[dict[str, Any]]:
 def write_metrics(run_dir: Path, metrics: dict[str, Any]) -> None:
     """Write ``metrics.json`` whole or not at all (main process only)."""
     if PartialState().is_main_process:
-        partial = run_dir / f"{METRICS_FILE}.partial"
+        partial = run_dir / f"{METRICS_FILE}{PARTIAL_SUFFIX}"
         partial.write_text(json.dumps(metrics, indent=2) + "\n")
         os.replace(partial, run_dir / METRICS_FILE)

@@ -1,13 +1,10 @@
-"""Checkpoints (full training state, to resume) and the exported encoder (timm's hub format, to use elsewhere).
+"""Checkpoints: the full training state, to resume a run exactly.
 
 ``<run>/checkpoints/step_00001000/`` holds ``accelerator.save_state`` (model, optimizer, every process's RNG state),
 ``trainer_state.json`` (the step), the run's ``config.yaml`` and, when the run averages its weights,
 ``averaged_model.safetensors``. A checkpoint is written under a temporary name and
-renamed into place, so a run killed while saving never leaves a broken latest checkpoint.
-
-``<run>/export/`` holds ``config.json`` and ``model.safetensors`` as timm writes them:
-``timm.create_model("local-dir:<run>/export", pretrained=True)`` rebuilds the encoder offline, and the folder can be
-uploaded to the Hugging Face hub unchanged.
+renamed into place, so a run killed while saving never leaves a broken latest checkpoint. (The encoder a finished
+run exports for use elsewhere is written by ``mpp.models.pretrained.export_encoder``.)
 """
 
 from __future__ import annotations
@@ -15,21 +12,18 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import yaml
 from accelerate import Accelerator
 from safetensors.torch import load_file, save_file
-from timm.models import save_for_hf
-from timm.models.vision_transformer import VisionTransformer
 from timm.utils import ModelEmaV3
 
 from mpp.config import ConfigError, TrainingRunConfig, config_to_dict, save_config
-from mpp.run.directory import CHECKPOINTS_DIR, CONFIG_FILE
+from mpp.run.directory import CHECKPOINTS_DIR, CONFIG_FILE, PARTIAL_SUFFIX
 
 STATE_FILE = "trainer_state.json"
 AVERAGED_FILE = "averaged_model.safetensors"
-PARTIAL_SUFFIX = ".partial"
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:
@@ -123,21 +117,3 @@ def load_checkpoint(accelerator: Accelerator, checkpoint: Path, averaged: Option
                               "checkpoint's settings (no weight averaging)")
         averaged.module.load_state_dict(load_file(checkpoint / AVERAGED_FILE, device=str(accelerator.device)))
     return read_step(checkpoint)
-
-
-def export_encoder(
-    encoder: VisionTransformer, directory: Path, mean: Sequence[float], std: Sequence[float], tag: str
-) -> None:
-    """Write the encoder in timm's hub format, with the normalisation it was trained with in its pretrained_cfg."""
-    partial = directory.with_name(directory.name + PARTIAL_SUFFIX)
-    shutil.rmtree(partial, ignore_errors=True)
-    save_for_hf(
-        encoder,
-        str(partial),
-        model_config={"pretrained_cfg": {"tag": tag, "license": None}},
-        safe_serialization=True,
-        data_config={"mean": tuple(mean), "std": tuple(std)},
-    )
-    if directory.exists():
-        shutil.rmtree(directory)
-    partial.rename(directory)

@@ -11,12 +11,12 @@ import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader, Dataset
 
-from mpp.classifier import ImageClassifier
 from mpp.config import DataError, FinetuneRunConfig
 from mpp.data import build_loader, prepare_loader
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.subsets import holdout_split
 from mpp.data.transforms import ImageView
+from mpp.models.classifier import ImageClassifier
 from mpp.run.directory import SWEEP_DIR, read_metrics, write_metrics
 from mpp.run.session import Session, local_processes
 from mpp.training.engine import PeriodicReport

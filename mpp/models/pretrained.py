@@ -1,5 +1,10 @@
-"""Starting weights for fine-tuning (Sec. 3.2): an encoder from a run, an export, a timm folder or a checkpoint file,
-fitted to the fine-tuning model.
+"""An encoder's weights out of a run and back in: the export in timm's hub format (``export_encoder``), and the
+starting weights of fine-tuning and evaluation (Sec. 3.2): an encoder from a run, an export, a timm folder or a
+checkpoint file, fitted to the model.
+
+``<run>/export/`` holds ``config.json`` and ``model.safetensors`` as timm writes them:
+``timm.create_model("local-dir:<run>/export", pretrained=True)`` rebuilds the encoder offline, and the folder can be
+uploaded to the Hugging Face hub unchanged.
 
 The pre-training head is dropped. Position embeddings are the one shape allowed to differ: fine-tuning at a higher
 resolution with the same patch size gives a larger patch grid, and the pre-trained embeddings are 2-D interpolated to
@@ -13,18 +18,19 @@ import dataclasses
 import json
 import logging
 import math
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 from timm.layers import resample_abs_pos_embed
-from timm.models import load_state_dict
+from timm.models import load_state_dict, save_for_hf
 from timm.models.vision_transformer import VisionTransformer
 
 from mpp.config import ConfigError, ModelConfig
-from mpp.encoder import create_encoder
-from mpp.run.directory import CHECKPOINTS_DIR, EXPORT_DIR
+from mpp.models.encoder import create_encoder
+from mpp.run.directory import CHECKPOINTS_DIR, EXPORT_DIR, PARTIAL_SUFFIX
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # in a timm folder, in the order timm looks
 HEAD_PREFIXES = ("head.", "head_drop.", "fc_norm.", "pre_logits.")  # a classifier's, never the encoder's (ours)
@@ -149,3 +155,21 @@ def input_normalisation(pretrained: Optional[PretrainedEncoder], mean: tuple[flo
         logger.warning("normalising with the pre-trained encoder's mean %s and std %s (data.mean / data.std: %s, %s)",
                        pretrained.mean, pretrained.std, mean, std)
     return pretrained.mean, pretrained.std
+
+
+def export_encoder(
+    encoder: VisionTransformer, directory: Path, mean: Sequence[float], std: Sequence[float], tag: str
+) -> None:
+    """Write the encoder in timm's hub format, with the normalisation it was trained with in its pretrained_cfg."""
+    partial = directory.with_name(directory.name + PARTIAL_SUFFIX)
+    shutil.rmtree(partial, ignore_errors=True)
+    save_for_hf(
+        encoder,
+        str(partial),
+        model_config={"pretrained_cfg": {"tag": tag, "license": None}},
+        safe_serialization=True,
+        data_config={"mean": tuple(mean), "std": tuple(std)},
+    )
+    if directory.exists():
+        shutil.rmtree(directory)
+    partial.rename(directory)

@@ -1,7 +1,7 @@
 """An image classifier on the encoder: supervised pre-training and fine-tuning both train this (paper Sec. 3.1-3.2).
 
-The encoder is timm's ViT without a head; the head here reads the [class] token's output or the mean of the patch
-tokens (App. D.3), through one tanh hidden layer (the pre-training head) or a single linear layer (fine-tuning).
+An ``ImageEncoder`` (normalise -> timm's ViT without a head -> the [class] token's output or the mean of the patch
+tokens, App. D.3) with a head: one tanh hidden layer (the pre-training head) or a single linear layer (fine-tuning).
 """
 
 from __future__ import annotations
@@ -15,12 +15,7 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 from mpp.config import ClassifierConfig, ConfigError
-from mpp.encoder import InputNormalisation
-
-
-def pooled_features(tokens: torch.Tensor, pool: Literal["token", "avg"], prefix_tokens: int = 1) -> torch.Tensor:
-    """(b 1+n d) encoder output after the final norm -> (b d): the [class] token's, or the patch tokens' mean."""
-    return tokens[:, 0] if pool == "token" else tokens[:, prefix_tokens:].mean(dim=1)
+from mpp.models.encoder import ImageEncoder, InputNormalisation
 
 
 def classification_head(dim: int, num_classes: int, kind: Literal["mlp", "linear"]) -> nn.Module:
@@ -40,7 +35,7 @@ class ClassifierOutput:
     logits: torch.Tensor  # (b classes)
 
 
-class ImageClassifier(nn.Module):
+class ImageClassifier(ImageEncoder):
     def __init__(
         self,
         encoder: VisionTransformer,
@@ -49,22 +44,16 @@ class ImageClassifier(nn.Module):
         mean: Sequence[float],
         std: Sequence[float],
     ) -> None:
-        super().__init__()
         if num_classes < 2:
             raise ConfigError(f"a classifier needs labelled data with at least 2 classes; the data declares "
                               f"{num_classes} (unlabelled, or a streamed label column that is not a ClassLabel)")
-        self.normalise = InputNormalisation(mean, std, encoder.patch_embed.proj.in_channels)
-        self.encoder, self.cfg = encoder, cfg
+        super().__init__(encoder, InputNormalisation(mean, std, encoder.patch_embed.proj.in_channels), cfg.pool)
+        self.cfg = cfg
         self.head = classification_head(encoder.embed_dim, num_classes, cfg.head)
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
         return {f"encoder.{name}" for name in self.encoder.no_weight_decay()}
-
-    def features(self, images: torch.Tensor) -> torch.Tensor:
-        """(b c h w) raw images in [0, 1] -> (b d) pooled representation."""
-        tokens = self.encoder.forward_features(self.normalise(images))
-        return pooled_features(tokens, self.cfg.pool, self.encoder.num_prefix_tokens)
 
     def forward(self, images: torch.Tensor, labels: torch.Tensor) -> ClassifierOutput:
         """(b c h w) raw images in [0, 1], (b) class indices."""

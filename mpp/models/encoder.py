@@ -1,4 +1,6 @@
-"""The encoder: timm's VisionTransformer, built by name with optional explicit sizes (paper Sec. 3.1, Table 1)."""
+"""The encoder: timm's VisionTransformer, built by name with optional explicit sizes (paper Sec. 3.1, Table 1), and
+``ImageEncoder``, the one path from raw images to features that MPP, the classifier and frozen evaluation share:
+normalise -> ViT -> pool."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from mpp.config import ConfigError, ModelConfig
+from mpp.config import ConfigError, ModelConfig, Pooling
 
 _SIZE_FIELDS = ("img_size", "patch_size", "embed_dim", "depth", "num_heads")
 
@@ -74,3 +76,25 @@ class InputNormalisation(nn.Module):
 
 def count_parameters(module: torch.nn.Module) -> int:
     return sum(parameter.numel() for parameter in module.parameters())
+
+
+def pooled_features(tokens: torch.Tensor, pool: Pooling, prefix_tokens: int = 1) -> torch.Tensor:
+    """(b 1+n d) encoder output after the final norm -> (b d): the [class] token's, or the patch tokens' mean."""
+    return tokens[:, 0] if pool == "token" else tokens[:, prefix_tokens:].mean(dim=1)
+
+
+class ImageEncoder(nn.Module):
+    """(b c h w) raw images in [0, 1] -> (b d) features: normalised, through timm's ViT (``forward_features``: its
+    blocks and final norm), pooled. The models built on it (MPP, the classifier) keep the ViT as ``encoder``, so
+    their weights are ``encoder.<timm's names>``; evaluation uses it as it is, frozen."""
+
+    def __init__(self, encoder: VisionTransformer, normalise: InputNormalisation, pool: Pooling = "token") -> None:
+        super().__init__()
+        self.normalise, self.encoder, self.pool = normalise, encoder, pool
+
+    def features(self, images: torch.Tensor) -> torch.Tensor:
+        tokens = self.encoder.forward_features(self.normalise(images))
+        return pooled_features(tokens, self.pool, self.encoder.num_prefix_tokens)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.features(images)

@@ -10,20 +10,13 @@ from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
 import torch
-import torch.nn.functional as F
-from einops import rearrange
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from mpp.config import ConfigError, MPPConfig
-from mpp.corruption import Corruption, corrupt_patch_embeddings, draw_corruption, select_patches
-from mpp.encoder import InputNormalisation
-from mpp.targets import colour_targets, num_colour_classes, pixel_targets, quantise_colours
-
-
-def patch_mean_colour(pixels: torch.Tensor, bits: int) -> torch.Tensor:
-    """(b k (p p 3)) patches -> (b k) class of their quantised mean colour."""
-    return quantise_colours(rearrange(pixels, "b k (pp c) -> b k pp c", c=3).mean(dim=2), bits)
+from mpp.config import MPPConfig
+from mpp.models.corruption import Corruption, corrupt_patch_embeddings, draw_corruption, select_patches
+from mpp.models.encoder import ImageEncoder, InputNormalisation
+from mpp.models.targets import TARGETS, num_colour_classes
 
 
 @dataclass
@@ -35,7 +28,7 @@ class MPPOutput:
     corruption: Corruption
 
 
-class MaskedPatchPredictor(nn.Module):
+class MaskedPatchPredictor(ImageEncoder):
     def __init__(
         self,
         encoder: VisionTransformer,
@@ -43,25 +36,14 @@ class MaskedPatchPredictor(nn.Module):
         mean: Sequence[float],
         std: Sequence[float],
     ) -> None:
-        super().__init__()
         # The encoder sees normalised pixels; targets come from the raw ones, so normalising happens here.
-        self.normalise = InputNormalisation(mean, std, encoder.patch_embed.proj.in_channels)
-        self.encoder = encoder
+        super().__init__(encoder, InputNormalisation(mean, std, encoder.patch_embed.proj.in_channels))
         self.cfg = cfg
-        self.patch_size = encoder.patch_embed.patch_size[0]
-        self.cells_per_side = cfg.downsampled_size if cfg.target == "downsampled" else 1
-        if cfg.target == "downsampled" and self.patch_size % self.cells_per_side:
-            raise ConfigError(
-                f"mpp.downsampled_size={self.cells_per_side} must divide the patch size {self.patch_size}"
-            )
+        self.target = TARGETS[cfg.target](cfg, encoder.patch_embed.patch_size[0])
         dim = encoder.embed_dim
         self.mask_embedding = nn.Parameter(torch.empty(dim))
         nn.init.trunc_normal_(self.mask_embedding, std=0.02)
-        if cfg.target == "pixels":
-            outputs = self.patch_size * self.patch_size * 3
-        else:
-            outputs = self.cells_per_side**2 * num_colour_classes(cfg.colour_bits)
-        self.head = nn.Linear(dim, outputs)
+        self.head = nn.Linear(dim, self.target.outputs)
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
@@ -94,26 +76,11 @@ class MaskedPatchPredictor(nn.Module):
 
     def targets(self, images: torch.Tensor) -> torch.Tensor:
         """(b c h w) raw images in [0, 1] -> (b n t) colour classes, or (b n (p p 3)) pixels."""
-        if self.cfg.target == "pixels":
-            return pixel_targets(images, self.patch_size)
-        return self.scored_classes(images)
-
-    def scored_classes(self, images: torch.Tensor) -> torch.Tensor:
-        """(b n t) the colour classes accuracy is scored on: the targets, or for pixels each patch's mean colour."""
-        cells = 1 if self.cfg.target == "pixels" else self.cells_per_side
-        return colour_targets(images, self.patch_size, cells, self.cfg.colour_bits)
+        return self.target.targets(images)
 
     def loss(self, prediction: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Loss and colour accuracy of the corrupted patches' predictions (``MPPOutput`` shapes)."""
-        if self.cfg.target == "pixels":
-            loss = F.mse_loss(prediction.float(), target)
-            # Scored like the colour targets, on the mean colour of the predicted patch, so runs compare.
-            predicted_colour = patch_mean_colour(prediction.float(), self.cfg.colour_bits)
-            accuracy = (predicted_colour == patch_mean_colour(target, self.cfg.colour_bits)).float().mean()
-            return loss, accuracy
-        loss = F.cross_entropy(prediction.flatten(0, 2).float(), target.flatten())
-        accuracy = (prediction.argmax(dim=-1) == target).float().mean()
-        return loss, accuracy
+        return self.target.loss(prediction, target)
 
     def forward(
         self,
@@ -128,9 +95,7 @@ class MaskedPatchPredictor(nn.Module):
         if corruption is None:
             corruption = self.draw_corruption(images.shape[0])
         tokens = self.encode(images, corruption)
-        prediction = self.head(select_patches(tokens, corruption.positions))
-        if self.cfg.target != "pixels":
-            prediction = rearrange(prediction, "b k (t c) -> b k t c", t=self.cells_per_side**2)
+        prediction = self.target.prediction(self.head(select_patches(tokens, corruption.positions)))
         target = select_patches(self.targets(images), corruption.positions)
         loss, accuracy = self.loss(prediction, target)
         return MPPOutput(loss=loss, accuracy=accuracy, prediction=prediction, target=target, corruption=corruption)
@@ -142,5 +107,5 @@ def most_frequent_class_accuracy(model: MaskedPatchPredictor, batches: Iterable[
     a trained predictor has to clear (corrupted patches are a uniform sample of all patches)."""
     counts = torch.zeros(num_colour_classes(model.cfg.colour_bits), dtype=torch.long)
     for images in batches:
-        counts += torch.bincount(model.scored_classes(images).flatten().cpu(), minlength=len(counts))
+        counts += torch.bincount(model.target.scored_classes(images).flatten().cpu(), minlength=len(counts))
     return (counts.max() / counts.sum()).item()

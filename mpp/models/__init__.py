@@ -1,0 +1,11 @@
+"""The models: timm's Vision Transformer and what is trained on it.
+
+- ``encoder.py``: ``create_encoder`` (any timm ViT, sizes overridable) and ``ImageEncoder``, the one path from raw
+  images to features (normalise -> ViT -> pool) that every model and evaluation shares.
+- ``masked_patch_prediction.py``: the MPP model, which owns its objective: corrupt, encode, predict, loss.
+- ``corruption.py``: BERT-style corruption of patch embeddings, drawn, then applied.
+- ``targets.py``: what MPP predicts per patch, one object per kind (mean colour, downsized patch, pixels).
+- ``classifier.py``: the classifier of supervised pre-training and fine-tuning (a tanh MLP or linear head).
+- ``pretrained.py``: an encoder's weights out of a run (timm's hub format) and back in (init for fine-tuning and
+  evaluation; position embeddings interpolated to a larger grid).
+"""
