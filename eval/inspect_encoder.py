@@ -22,8 +22,8 @@ import torch
 from mpp.command_line import run_recipe
 from mpp.config import InspectionRunConfig
 from mpp.data import sample_images
-from mpp.frozen_encoder import open_evaluation_run
-from mpp.inspection import inspect_encoder
+from mpp.evaluation.frozen_encoder import open_evaluation_run
+from mpp.evaluation.inspection import inspect_encoder
 
 DEFAULT_PRESET = Path(__file__).parents[1] / "recipes" / "configs" / "eval_tiny_cpu.yaml"
 logger = logging.getLogger("mpp.eval.inspect_encoder")

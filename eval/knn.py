@@ -14,8 +14,8 @@ from typing import Any
 
 from mpp.command_line import run_recipe
 from mpp.config import KnnRunConfig
-from mpp.frozen_encoder import open_evaluation_run
-from mpp.frozen_feature_classifiers import accuracy, knn_predictions
+from mpp.evaluation.frozen_encoder import open_evaluation_run
+from mpp.evaluation.frozen_feature_classifiers import accuracy, knn_predictions
 
 DEFAULT_PRESET = Path(__file__).parents[1] / "recipes" / "configs" / "eval_tiny_cpu.yaml"
 logger = logging.getLogger("mpp.eval.knn")

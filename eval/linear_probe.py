@@ -15,8 +15,8 @@ from typing import Any
 
 from mpp.command_line import run_recipe
 from mpp.config import LinearProbeRunConfig
-from mpp.frozen_encoder import open_evaluation_run
-from mpp.linear_probe import linear_probe_evaluation
+from mpp.evaluation.frozen_encoder import open_evaluation_run
+from mpp.evaluation.linear_probe import linear_probe_evaluation
 
 DEFAULT_PRESET = Path(__file__).parents[1] / "recipes" / "configs" / "eval_tiny_cpu.yaml"
 logger = logging.getLogger("mpp.eval.linear_probe")

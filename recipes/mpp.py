@@ -19,10 +19,10 @@ sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(
 from mpp.command_line import run_recipe
 from mpp.config import MPPRunConfig
 from mpp.data import build_dataset, sample_images
+from mpp.evaluation.monitors import pre_training_monitors
 from mpp.models.encoder import count_parameters, create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor, most_frequent_class_accuracy
 from mpp.models.pretrained import export_encoder
-from mpp.monitors import pre_training_monitors
 from mpp.run.directory import EXPORT_DIR
 from mpp.run.session import Session
 from mpp.training.trainer import Trainer

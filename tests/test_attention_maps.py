@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from mpp.attention_maps import attention_rollout, mean_attention_distance
+from mpp.evaluation.attention_maps import attention_rollout, mean_attention_distance
 
 
 def test_a_token_attending_only_to_itself_has_distance_zero():

@@ -8,9 +8,9 @@ import torch
 
 from mpp.config import FewShotConfig, LinearProbeConfig
 from mpp.data.subsets import disjoint_per_class
-from mpp.few_shot import few_shot_evaluation, ridge_accuracy
-from mpp.frozen_feature_classifiers import accuracy, knn_predictions, ridge_predictions, ridge_regression
-from mpp.linear_probe import linear_probe_evaluation
+from mpp.evaluation.few_shot import few_shot_evaluation, ridge_accuracy
+from mpp.evaluation.frozen_feature_classifiers import accuracy, knn_predictions, ridge_predictions, ridge_regression
+from mpp.evaluation.linear_probe import linear_probe_evaluation
 
 
 def test_the_closed_form_solver_matches_a_reference_least_squares_solution():

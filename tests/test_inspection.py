@@ -11,20 +11,20 @@ from mpp.config import MPPConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.shapes import ShapesSource
 from mpp.data.transforms import ImageView
-from mpp.frozen_encoder import feature_fingerprint
-from mpp.inspection import (
+from mpp.evaluation.frozen_encoder import feature_fingerprint
+from mpp.evaluation.inspection import (
     attention_weights,
     filter_principal_components,
-    mpp_mosaic,
     position_similarity,
     rollout_overlays,
 )
+from mpp.evaluation.mpp_mosaic import mpp_mosaic
+from mpp.evaluation.pictures import enlarged
 from mpp.models.corruption import MASK, RANDOM, UNCHANGED, Corruption
 from mpp.models.encoder import ImageEncoder as FeatureExtractor
 from mpp.models.encoder import InputNormalisation, create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
 from mpp.models.targets import class_colours, colour_targets, quantise_colours
-from mpp.pictures import enlarged
 
 
 def test_class_colours_invert_the_quantisation():

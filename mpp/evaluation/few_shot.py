@@ -18,7 +18,7 @@ from accelerate import Accelerator
 from mpp.config import FewShotConfig, MonitorConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.subsets import disjoint_per_class, shots_per_class
-from mpp.frozen_feature_classifiers import accuracy, ridge_predictions, ridge_regression
+from mpp.evaluation.frozen_feature_classifiers import accuracy, ridge_predictions, ridge_regression
 from mpp.models.encoder import ImageEncoder
 
 DEFAULT_L2_GRID = FewShotConfig().l2_grid

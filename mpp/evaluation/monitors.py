@@ -12,8 +12,8 @@ from accelerate import Accelerator
 
 from mpp.config import ConfigError, DataConfig, MonitorConfig, MPPMonitorConfig
 from mpp.data import build_dataset, sample_images
-from mpp.few_shot import FewShotMonitor
-from mpp.inspection import MPPMosaic
+from mpp.evaluation.few_shot import FewShotMonitor
+from mpp.evaluation.mpp_mosaic import MPPMosaic
 
 
 def pre_training_monitors(accelerator: Accelerator, model: torch.nn.Module, cfg: MonitorConfig, data: DataConfig,

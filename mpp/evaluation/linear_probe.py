@@ -14,7 +14,7 @@ from torch import nn
 
 from mpp.config import LinearProbeConfig
 from mpp.data.subsets import holdout_split
-from mpp.frozen_feature_classifiers import accuracy
+from mpp.evaluation.frozen_feature_classifiers import accuracy
 
 
 class LinearProbe(nn.Module):
