@@ -21,7 +21,7 @@ import torch
 
 from mpp.command_line import run_recipe
 from mpp.config import InspectionRunConfig
-from mpp.data import sample_images
+from mpp.data.loading import sample_images
 from mpp.evaluation.frozen_encoder import open_evaluation_run
 from mpp.evaluation.inspection import inspect_encoder
 

@@ -26,7 +26,8 @@ from timm.models.vision_transformer import VisionTransformer
 
 from mpp.command_line import run_recipe
 from mpp.config import FinetuneRunConfig
-from mpp.data import build_dataset, image_view
+from mpp.data.loading import build_dataset
+from mpp.data.transforms import image_view
 from mpp.models.classifier import ImageClassifier
 from mpp.models.encoder import count_parameters
 from mpp.models.pretrained import fine_tuning_encoder, fine_tuning_model_config, input_normalisation, read_pretrained

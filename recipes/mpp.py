@@ -18,7 +18,7 @@ sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(
 
 from mpp.command_line import run_recipe
 from mpp.config import MPPRunConfig
-from mpp.data import build_dataset, sample_images
+from mpp.data.loading import build_dataset, sample_images
 from mpp.evaluation.monitors import pre_training_monitors
 from mpp.models.encoder import count_parameters, create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor, most_frequent_class_accuracy

@@ -19,7 +19,7 @@ sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(
 
 from mpp.command_line import run_recipe
 from mpp.config import SupervisedRunConfig
-from mpp.data import build_dataset
+from mpp.data.loading import build_dataset
 from mpp.evaluation.monitors import pre_training_monitors
 from mpp.models.classifier import ImageClassifier
 from mpp.models.encoder import count_parameters, create_encoder

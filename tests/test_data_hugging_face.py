@@ -16,8 +16,8 @@ import torch
 from PIL import Image
 
 from mpp.config import DataConfig
-from mpp.data import build_dataset, build_loader, open_source
-from mpp.data.sources import DataError
+from mpp.data.loading import build_dataset, build_loader
+from mpp.data.sources import DataError, open_source
 from tests.launching import TINY, launch
 
 rng = np.random.default_rng(0)
@@ -135,7 +135,7 @@ def test_the_recipe_trains_on_a_stream_and_resumes_it(tmp_path):
 
 
 def test_an_unreachable_hub_says_how_to_bring_the_data(tmp_path):
-    script = ("from mpp.config import DataConfig; from mpp.data import open_source; "
+    script = ("from mpp.config import DataConfig; from mpp.data.sources import open_source; "
               "open_source(DataConfig(source='hf:someone/not-here'), 'train', 16)")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path)}  # offline: no retries against no network
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)

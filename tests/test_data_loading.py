@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from mpp.config import DataConfig
-from mpp.data import build_dataset, build_loader
+from mpp.data.loading import build_dataset, build_loader
 from mpp.data.sources import DataError
 from tests.launching import TINY, launch
 

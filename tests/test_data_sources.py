@@ -12,9 +12,9 @@ import torch
 from PIL import Image
 
 from mpp.config import DataConfig
-from mpp.data import build_dataset, open_source
 from mpp.data.image_source import UndecodableImage, decode_image
-from mpp.data.sources import DataError
+from mpp.data.loading import build_dataset
+from mpp.data.sources import DataError, open_source
 
 rng = np.random.default_rng(0)
 

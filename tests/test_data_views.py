@@ -7,7 +7,7 @@ import torch
 from PIL import Image
 
 from mpp.config import DataConfig
-from mpp.data import build_dataset
+from mpp.data.loading import build_dataset
 from mpp.data.sources import DataError
 from mpp.data.subsets import holdout_split, shots_per_class
 from mpp.data.transforms import ImageView, match_channels, random_crop_boxes, resized_crops

@@ -37,7 +37,7 @@ def test_accumulation_takes_one_optimizer_step_per_global_batch(tiny_model_confi
     from accelerate.utils import GradientAccumulationPlugin
 
     from mpp.config import DataConfig, MPPConfig, MPPRunConfig
-    from mpp.data import build_dataset, build_loader
+    from mpp.data.loading import build_dataset, build_loader
     from mpp.models.encoder import create_encoder
     from mpp.models.masked_patch_prediction import MaskedPatchPredictor
     from mpp.training.engine import TrainingRun, train

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from mpp.config import DataConfig, ModelConfig, MPPConfig, config_to_dict
-from mpp.data import build_dataset, sample_images
+from mpp.data.loading import build_dataset, sample_images
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor, most_frequent_class_accuracy
 from tests.launching import launch

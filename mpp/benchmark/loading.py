@@ -27,8 +27,8 @@ from torch.utils.data import DataLoader
 
 from mpp.benchmark.training_step import DEFAULT_PRESET, measure
 from mpp.config import DataConfig, MPPRunConfig, build_config
-from mpp.data import build_dataset, build_loader
 from mpp.data.fashion_mnist import DEFAULT_DIR as FASHION_MNIST_DIR
+from mpp.data.loading import build_dataset, build_loader
 from mpp.data.shapes import ShapesSource
 from mpp.models.encoder import create_encoder
 

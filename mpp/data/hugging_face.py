@@ -1,5 +1,6 @@
 """Hugging Face ``datasets``: a hub name, a local loading script or data directory (parquet, imagefolder, ...), or a
-directory written by ``save_to_disk``; map-style, or streamed for datasets larger than the disk.
+directory written by ``save_to_disk``; map-style (``HuggingFaceSource``), or streamed for datasets larger than the
+disk (``build_stream``, ``StreamingImageDataset``).
 
 Images are read undecoded (``Image(decode=False)``) and decoded here, so a broken file is skipped and counted like
 one in an image folder instead of stopping the run.
@@ -13,10 +14,15 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 from PIL import Image
+from torch.utils.data import IterableDataset, get_worker_info
 
-from mpp.config import DataConfig, DataError
-from mpp.data.image_source import FileSource, decode_image
+from mpp.config import DataConfig, DataError, parse_source
+from mpp.data.image_dataset import Split, seeded_generator, too_many_failures
+from mpp.data.image_source import FileSource, UndecodableImage, decode_image
+from mpp.data.transforms import ImageView, match_channels
 
+MAX_STREAM_WORKERS = 256  # rows of the shared failure counters of a stream (one per loader worker)
+STREAM_MIN_READS = 100  # a stream judges its failure fraction only after this many images per worker
 HOW_TO_GET = (
     "where the hub is reachable, fetch it once and `dataset.save_to_disk(<dir>)`, then use data.source=hf:<dir>"
 )
@@ -139,3 +145,83 @@ class HuggingFaceSource(FileSource):
 
     def name(self, index: int) -> str:
         return self.images_only[index][self.image_column]["path"] or f"row {index}"
+
+
+def build_stream(
+    cfg: DataConfig, split: Split, view: ImageView, channels: int, seed: int, process_index: int, num_processes: int
+) -> StreamingImageDataset:
+    from datasets.distributed import split_dataset_by_node
+
+    kind, name = parse_source(cfg.source)
+    if kind != "hf":
+        raise DataError(f"data.streaming applies to hf: sources; {cfg.source} is read from local files already")
+    if split == "holdout" or cfg.holdout_fraction or cfg.shots_per_class:
+        raise DataError("a stream is read once, in order: data.holdout_fraction and data.shots_per_class need "
+                        "data.streaming=false")
+    stream = load_split(name, cfg, cfg.eval_split if split == "test" else cfg.train_split)
+    if stream.features is None:
+        raise DataError(f"hf:{name}: the stream does not declare its columns; give data.streaming=false")
+    image_column, label_column = image_and_label_columns(stream.features, cfg, name)
+    stream = undecoded(stream.select_columns([image_column] + ([label_column] if label_column else [])), image_column)
+    stream = split_dataset_by_node(stream, rank=process_index, world_size=num_processes)
+    return StreamingImageDataset(stream, image_column, label_column, view, channels, seed,
+                                 cfg.shuffle_buffer if view.augment else 0, cfg.max_bad_fraction,
+                                 f"hf:{name} stream ({split})", len(class_names(stream.features, label_column, None)))
+
+
+class StreamingImageDataset(IterableDataset):
+    """A Hugging Face stream of (image, label) examples, shuffled through a buffer; for data larger than the disk.
+
+    ``stream`` holds this process's share of the data only (``datasets.distributed.split_dataset_by_node``); the
+    stream itself spreads its shards over the loader's workers.
+    """
+
+    def __init__(
+        self,
+        stream: Any,
+        image_column: str,
+        label_column: Optional[str],
+        view: ImageView,
+        channels: int,
+        seed: int,
+        shuffle_buffer: int,
+        max_bad_fraction: float,
+        description: str,
+        num_classes: int = 0,
+    ):
+        self.stream, self.image_column, self.label_column = stream, image_column, label_column
+        self.num_classes = num_classes  # 0: unlabelled, or labels without a ClassLabel feature
+        self.view, self.channels, self.seed, self.epoch = view, channels, seed, 0
+        self.shuffle_buffer, self.max_bad_fraction = shuffle_buffer, max_bad_fraction
+        self.description = f"{description}; {view.description}"
+        # Per loader worker: images that failed, images read. Shared memory, so the trainer sees workers' counts.
+        self.counts = torch.zeros(MAX_STREAM_WORKERS, 2, dtype=torch.long).share_memory_()
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        worker = get_worker_info()
+        worker_id = worker.id if worker is not None else 0
+        stream = self.stream
+        if self.shuffle_buffer:
+            stream = stream.shuffle(seed=self.seed, buffer_size=self.shuffle_buffer)
+        stream.set_epoch(self.epoch)
+        generator = seeded_generator(self.seed, self.epoch, worker_id)
+        counts = self.counts[worker_id]
+        for example in stream:
+            counts[1] += 1
+            try:
+                image = decode_stored_image(example[self.image_column], channels=3)
+            except UndecodableImage as error:
+                counts[0] += 1
+                failed, read = int(counts[0]), int(counts[1])
+                if read >= STREAM_MIN_READS and failed > self.max_bad_fraction * read:
+                    raise too_many_failures(failed, read, self.max_bad_fraction, self.description,
+                                            str(error)) from None
+                continue
+            label = example[self.label_column] if self.label_column else -1
+            yield match_channels(self.view.of_pil_images([image], generator), self.channels)[0], label
+
+    def skipped_count(self) -> int:
+        return int(self.counts[:, 0].sum())

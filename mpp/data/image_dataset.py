@@ -3,24 +3,22 @@
 ``ImageDataset`` (map-style) returns a whole batch from ``__getitems__`` (torch's DataLoader calls it with a batch's
 indices); pair it with ``collate_fn=keep_batch``. In-memory sources are gathered and resampled in a few tensor
 operations; files are decoded one by one, and one that cannot be decoded is replaced by the next image of the
-dataset, recorded, and counted against ``max_bad_fraction``. ``StreamingImageDataset`` does the same for a stream.
+dataset, recorded, and counted against ``max_bad_fraction``. (A Hugging Face stream: ``hugging_face.py``.)
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import torch
 from PIL import Image
-from torch.utils.data import Dataset, IterableDataset, get_worker_info
+from torch.utils.data import Dataset
 
 from mpp.config import DataError
-from mpp.data.hugging_face import decode_stored_image
 from mpp.data.image_source import BatchSource, FileSource, ImageSource, UndecodableImage
 from mpp.data.transforms import ImageView, match_channels
 
-MAX_STREAM_WORKERS = 256  # rows of the shared failure counters of a stream (one per loader worker)
-STREAM_MIN_READS = 100  # a stream judges its failure fraction only after this many images per worker
+Split = Literal["train", "holdout", "test"]  # "holdout": data.holdout_fraction of the training split, seeded
 
 
 def keep_batch(batch: Any) -> Any:
@@ -120,61 +118,3 @@ class ImageDataset(Dataset):
 
     def undecodable_files(self) -> list[str]:
         return [self.source.name(int(index)) for index in self.undecodable.nonzero()[:, 0]]
-
-
-class StreamingImageDataset(IterableDataset):
-    """A Hugging Face stream of (image, label) examples, shuffled through a buffer; for data larger than the disk.
-
-    ``stream`` holds this process's share of the data only (``datasets.distributed.split_dataset_by_node``); the
-    stream itself spreads its shards over the loader's workers.
-    """
-
-    def __init__(
-        self,
-        stream: Any,
-        image_column: str,
-        label_column: Optional[str],
-        view: ImageView,
-        channels: int,
-        seed: int,
-        shuffle_buffer: int,
-        max_bad_fraction: float,
-        description: str,
-        num_classes: int = 0,
-    ):
-        self.stream, self.image_column, self.label_column = stream, image_column, label_column
-        self.num_classes = num_classes  # 0: unlabelled, or labels without a ClassLabel feature
-        self.view, self.channels, self.seed, self.epoch = view, channels, seed, 0
-        self.shuffle_buffer, self.max_bad_fraction = shuffle_buffer, max_bad_fraction
-        self.description = f"{description}; {view.description}"
-        # Per loader worker: images that failed, images read. Shared memory, so the trainer sees workers' counts.
-        self.counts = torch.zeros(MAX_STREAM_WORKERS, 2, dtype=torch.long).share_memory_()
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __iter__(self):
-        worker = get_worker_info()
-        worker_id = worker.id if worker is not None else 0
-        stream = self.stream
-        if self.shuffle_buffer:
-            stream = stream.shuffle(seed=self.seed, buffer_size=self.shuffle_buffer)
-        stream.set_epoch(self.epoch)
-        generator = seeded_generator(self.seed, self.epoch, worker_id)
-        counts = self.counts[worker_id]
-        for example in stream:
-            counts[1] += 1
-            try:
-                image = decode_stored_image(example[self.image_column], channels=3)
-            except UndecodableImage as error:
-                counts[0] += 1
-                failed, read = int(counts[0]), int(counts[1])
-                if read >= STREAM_MIN_READS and failed > self.max_bad_fraction * read:
-                    raise too_many_failures(failed, read, self.max_bad_fraction, self.description,
-                                            str(error)) from None
-                continue
-            label = example[self.label_column] if self.label_column else -1
-            yield match_channels(self.view.of_pil_images([image], generator), self.channels)[0], label
-
-    def skipped_count(self) -> int:
-        return int(self.counts[:, 0].sum())

@@ -21,6 +21,8 @@ import torch
 from PIL import Image
 from torchvision.ops import roi_align
 
+from mpp.config import DataConfig
+
 CROP_ATTEMPTS = 10  # candidate boxes per image before falling back to a centre crop (as torchvision's)
 
 
@@ -144,3 +146,8 @@ def match_channels(images: torch.Tensor, channels: int) -> torch.Tensor:
         weights = torch.tensor(LUMINANCE, dtype=images.dtype, device=images.device)
         return torch.einsum("bchw,c->bhw", images, weights)[:, None]
     raise ValueError(f"cannot turn {have}-channel images into {channels}-channel ones; set model.in_chans to {have}")
+
+
+def image_view(cfg: DataConfig, image_size: int, augment: bool) -> ImageView:
+    """The view ``data.*`` describes: pre-training's when ``augment``, else evaluation's."""
+    return ImageView(image_size, augment, cfg.crop_scale, cfg.crop_ratio, cfg.hflip, cfg.eval_crop_fraction)

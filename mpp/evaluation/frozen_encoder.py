@@ -19,8 +19,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from mpp.config import ConfigError, EvaluationRunConfig
-from mpp.data import build_dataset, build_loader, prepare_loader
 from mpp.data.image_dataset import ImageDataset
+from mpp.data.loading import build_dataset, build_loader, prepare_loader
 from mpp.models.encoder import ImageEncoder, InputNormalisation, count_parameters
 from mpp.models.pretrained import fine_tuning_encoder, fine_tuning_model_config, input_normalisation, read_pretrained
 from mpp.run.directory import FEATURES_DIR, PARTIAL_SUFFIX

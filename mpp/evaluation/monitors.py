@@ -11,7 +11,7 @@ import torch
 from accelerate import Accelerator
 
 from mpp.config import ConfigError, DataConfig, MonitorConfig, MPPMonitorConfig
-from mpp.data import build_dataset, sample_images
+from mpp.data.loading import build_dataset, sample_images
 from mpp.evaluation.few_shot import FewShotMonitor
 from mpp.evaluation.mpp_mosaic import MPPMosaic
 

@@ -12,8 +12,8 @@ from accelerate import Accelerator
 from torch.utils.data import DataLoader, Dataset
 
 from mpp.config import DataError, FinetuneRunConfig
-from mpp.data import build_loader, prepare_loader
 from mpp.data.image_dataset import ImageDataset
+from mpp.data.loading import build_loader, prepare_loader
 from mpp.data.subsets import holdout_split
 from mpp.data.transforms import ImageView
 from mpp.models.classifier import ImageClassifier

@@ -18,7 +18,7 @@ from timm.utils import ModelEmaV3
 from torch.utils.data import Dataset
 
 from mpp.config import TrainConfig, TrainingRunConfig
-from mpp.data import build_loader, prepare_loader
+from mpp.data.loading import build_loader, prepare_loader
 from mpp.run.session import Session, local_processes
 from mpp.training.checkpoint import check_resume_compatible, load_checkpoint, resume_checkpoint
 from mpp.training.engine import PeriodicReport, TrainingRun, plan_batches, train

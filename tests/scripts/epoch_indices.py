@@ -9,7 +9,7 @@ from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration
 
 from mpp.config import DataConfig
-from mpp.data import build_dataset, build_loader, prepare_loader
+from mpp.data.loading import build_dataset, build_loader, prepare_loader
 
 source, out = sys.argv[1], Path(sys.argv[2])
 accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=0))

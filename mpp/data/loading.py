@@ -1,0 +1,113 @@
+"""From ``data.source`` to batches: a split of the data as a dataset of model inputs, and the loader that feeds a
+training step or an evaluation. Images come out as float (b c h w) in [0, 1], unnormalised: MPP targets come from
+the raw pixels of the augmented image, the model normalises its input."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Iterator
+
+import torch
+from accelerate import Accelerator
+from accelerate.data_loader import prepare_data_loader
+from torch.utils.data import DataLoader, Dataset
+
+from mpp.config import DataConfig, DataError
+from mpp.data.hugging_face import StreamingImageDataset, build_stream
+from mpp.data.image_dataset import ImageDataset, Split, keep_batch
+from mpp.data.sources import open_source
+from mpp.data.subsets import holdout_split, shots_per_class
+from mpp.data.transforms import image_view
+
+
+def build_dataset(
+    cfg: DataConfig,
+    split: Split,
+    image_size: int,
+    channels: int,
+    augment: bool,
+    seed: int = 0,
+    process_index: int = 0,
+    num_processes: int = 1,
+) -> Dataset:
+    """(images, labels) batches of ``split`` at ``image_size``, with the pre-training view when ``augment``.
+
+    ``seed`` draws the views; ``process_index`` / ``num_processes`` matter only to a stream, which is split between
+    processes here (map-style data is split into distinct batches by ``prepare_loader``).
+    """
+    view = image_view(cfg, image_size, augment)
+    if cfg.streaming:
+        return build_stream(cfg, split, view, channels, seed, process_index, num_processes)
+    source = open_source(cfg, "test" if split == "test" else "train", image_size)
+    indices = None
+    if split != "test":
+        kept, held_out = holdout_split(len(source), cfg.holdout_fraction, cfg.subset_seed)
+        if split == "holdout":
+            if not cfg.holdout_fraction:
+                raise DataError("the holdout split needs data.holdout_fraction > 0 (e.g. 0.02)")
+            indices = held_out
+        else:
+            indices = kept
+            if cfg.shots_per_class:
+                indices = kept[shots_per_class(source.labels[kept], cfg.shots_per_class, cfg.subset_seed)]
+    return ImageDataset(source, view, channels, indices, seed, cfg.max_bad_fraction)
+
+
+def sample_images(dataset: Dataset, count: int, seed: int, batch_size: int = 256) -> Iterator[torch.Tensor]:
+    """Image batches of a seeded random sample of ``count`` images (all of them if fewer); a stream's first ones."""
+    if isinstance(dataset, StreamingImageDataset):
+        images = (image for image, _ in itertools.islice(dataset, count))
+        while batch := list(itertools.islice(images, batch_size)):
+            yield torch.stack(batch)
+        return
+    positions = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed))[:count].tolist()
+    for start in range(0, len(positions), batch_size):
+        yield dataset.__getitems__(positions[start:start + batch_size])[0]
+
+
+def default_num_workers(device_type: str, local_processes: int) -> int:
+    """On a CPU the training step wants every core, and in-memory sources load in the main process faster than
+    workers could hand batches over; elsewhere, all cores of this process's share but one."""
+    if device_type == "cpu":
+        return 0
+    return max(1, len(os.sched_getaffinity(0)) // local_processes - 1)
+
+
+def build_loader(
+    dataset: Dataset,
+    batch_size: int,
+    cfg: DataConfig,
+    train: bool,
+    device_type: str = "cpu",
+    local_processes: int = 1,
+) -> DataLoader:
+    """Training: shuffled, whole batches only (every step sees as many images). Evaluation: in order, all images."""
+    streaming = isinstance(dataset, StreamingImageDataset)
+    if train and not streaming and len(dataset) < batch_size:
+        raise DataError(
+            f"the training set has {len(dataset)} images, fewer than one batch of {batch_size}; "
+            "lower train.micro_batch_size or train.global_batch_size"
+        )
+    workers = default_num_workers(device_type, local_processes) if cfg.num_workers is None else cfg.num_workers
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=train and not streaming,
+        drop_last=train,
+        collate_fn=None if streaming else keep_batch,
+        num_workers=workers,
+        pin_memory=device_type == "cuda" if cfg.pin_memory is None else cfg.pin_memory,
+        prefetch_factor=cfg.prefetch_factor if workers else None,
+        # Workers restart each epoch and so receive the dataset's new epoch (its views depend on it).
+        persistent_workers=False,
+    )
+
+
+def prepare_loader(accelerator: Accelerator, loader: DataLoader) -> DataLoader:
+    """Hand the loader to accelerate: with several processes, each gets distinct batches of every epoch. A stream
+    already holds this process's share only (``build_dataset``), so it is just moved to the device."""
+    if isinstance(loader.dataset, StreamingImageDataset):
+        return prepare_data_loader(loader, device=accelerator.device, num_processes=1, process_index=0,
+                                   put_on_device=True, dispatch_batches=False)
+    return accelerator.prepare(loader)
