@@ -1,7 +1,7 @@
 """The optimizer of every recipe: AdamW for pre-training (App. B.1), SGD with momentum for fine-tuning (Sec. 3.2).
 
 Both are created fused: one kernel per step, and a step whose loss or gradient is not finite is skipped on the
-device through ``found_inf`` (mpp/non_finite.py). Weight decay skips biases, norms, tokens and position embeddings
+device through ``found_inf`` (non_finite.py). Weight decay skips biases, norms, tokens and position embeddings
 (the model's ``no_weight_decay``).
 """
 

@@ -1,0 +1,125 @@
+"""The package's structure: no import cycle anywhere in mpp/, and imports that flow one way, down the layers.
+
+Every ``import`` counts, at module level or inside a function, since a lazy import is still a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Optional
+
+PACKAGE = Path(__file__).parents[1] / "mpp"
+# A module may import modules of its own unit (a sub-package, or the module itself) and of earlier layers; never a
+# later layer, never another unit of its own layer.
+LAYERS = (
+    ("mpp.config",),  # typed configs and the errors every layer raises
+    ("mpp.run",),  # what every run has: its accelerator, its directory, its start and end
+    ("mpp.data", "mpp.models"),  # images in; the ViT and its objectives
+    ("mpp.training", "mpp.evaluation"),  # the training loop; frozen-encoder protocols and pictures
+    ("mpp.command_line", "mpp.reproduction"),  # what entry points share; the experiment over the recipes
+    ("mpp.benchmark",),  # tools beside the library: nothing imports them
+)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported_modules(path: Path, known: dict[str, Path]) -> set[str]:
+    """The package's modules that ``path`` imports: ``from a.b import c`` counts as a.b.c where that is a module."""
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package, up level - 1 parents
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base
+                                                                                                  else []))
+            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+        else:
+            continue
+        found |= {name for name in names if name in known}
+    return found - {module_name(path)}
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imported_modules(path, known) for name, path in known.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> Optional[list[str]]:
+    """One import cycle of ``graph`` (its modules in order, the first repeated at the end), or None."""
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(node: str) -> Optional[list[str]]:
+        if node in path:
+            return path[path.index(node):] + [node]
+        if node in done:
+            return None
+        path.append(node)
+        for target in sorted(graph.get(node, ())):
+            cycle = visit(target)
+            if cycle:
+                return cycle
+        path.pop()
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        cycle = visit(start)
+        if cycle:
+            return cycle
+    return None
+
+
+def unit_of(module: str) -> str:
+    """The layer entry a module belongs to: the longest one it equals or lies inside."""
+    units = [unit for layer in LAYERS for unit in layer if module == unit or module.startswith(unit + ".")]
+    if not units:
+        raise AssertionError(f"{module} is in no layer of tests/test_architecture.py: place it in one")
+    return max(units, key=len)
+
+
+def layer_of(unit: str) -> int:
+    return next(index for index, layer in enumerate(LAYERS) if unit in layer)
+
+
+def test_the_cycle_finder_finds_a_cycle_and_only_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"x": {"x"}}) == ["x", "x"]
+
+
+def test_no_module_of_the_package_is_part_of_an_import_cycle():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_imports_flow_down_the_layers():
+    wrong = []
+    for module, targets in sorted(import_graph().items()):
+        if module == "mpp":  # the package's own __init__: its version and a map of the package
+            wrong += [f"mpp imports {target}" for target in sorted(targets)]
+            continue
+        unit = unit_of(module)
+        for target in sorted(targets):
+            other = unit_of(target)
+            if other != unit and layer_of(other) >= layer_of(unit):
+                where = "its own layer" if layer_of(other) == layer_of(unit) else "a later layer"
+                wrong.append(f"{module} imports {target} ({where})")
+    assert not wrong, "imports against the layers:\n" + "\n".join(wrong)
+
+
+def test_nothing_imports_the_benchmarks():
+    importers = {module for module, targets in import_graph().items() if any(unit_of(target) == "mpp.benchmark"
+                                                                            for target in targets)}
+    assert {module for module in importers if unit_of(module) != "mpp.benchmark"} == set()
