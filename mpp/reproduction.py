@@ -32,8 +32,7 @@ from mpp.run.directory import read_metrics
 
 logger = logging.getLogger(__name__)
 SCRIPTS = {"mpp": "recipes/mpp.py", "supervised": "recipes/supervised.py", "finetune": "recipes/finetune.py",
-           "few_shot": "eval/few_shot.py"}  # relative to the repository root
-ROOT = Path(__file__).resolve().parents[1]
+           "few_shot": "eval/few_shot.py"}  # relative to the repository, which the caller names
 PLAN_FILE = "reproduce.yaml"
 
 
@@ -71,8 +70,9 @@ class Run:
         return output_dir / self.name
 
 
-def plan_runs(cfg: ReproductionConfig) -> list[Run]:
-    """Every run of the experiment, pre-training runs first, each after the run it starts from."""
+def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
+    """Every run of the experiment, pre-training runs first, each after the run it starts from; each runs a script of
+    ``repository``."""
     output_dir = Path(cfg.output_dir)
     launcher = list(cfg.launcher) or [sys.executable]
     threads = max(1, len(os.sched_getaffinity(0)) // cfg.parallel_runs) if not torch.cuda.is_available() else 0
@@ -85,7 +85,7 @@ def plan_runs(cfg: ReproductionConfig) -> list[Run]:
         cpu = [f"{'eval' if script == 'few_shot' else 'train'}.cpu_threads={threads}"] if threads else []
         # A training run continues from its checkpoints; an evaluation has none and starts again.
         again = "overwrite=true" if script == "few_shot" else "resume=auto"
-        return (*launcher, str(ROOT / SCRIPTS[script]), "--config", presets[script], *cfg.encoder,
+        return (*launcher, str(repository / SCRIPTS[script]), "--config", presets[script], *cfg.encoder,
                 *overrides[script], *extra, *cpu, f"seed={seed}", f"output_dir={output_dir / name}", again)
 
     pretraining, evaluation = [], []
@@ -305,11 +305,12 @@ def write_results(cfg: ReproductionConfig) -> dict[str, Any]:
     return results
 
 
-def reproduce(cfg: ReproductionConfig) -> dict[str, Any]:
-    """The whole experiment: every run not yet finished, then the table and the plots."""
+def reproduce(cfg: ReproductionConfig, repository: Path) -> dict[str, Any]:
+    """The whole experiment: every run not yet finished (the recipes of ``repository``), then the table and the
+    plots."""
     start = time.perf_counter()
     output_dir = claim_experiment(cfg)
-    runs = plan_runs(cfg)
+    runs = plan_runs(cfg, repository)
     execute(runs, output_dir, cfg.parallel_runs)
     results = write_results(cfg)
     minutes = (time.perf_counter() - start) / 60

@@ -26,7 +26,7 @@ DEFAULT_PRESET = Path(__file__).parent / "configs" / "reproduce_fashion_mnist_cp
 
 def main(cfg: ReproductionConfig) -> None:
     configure_logging()
-    reproduce(cfg)
+    reproduce(cfg, Path(__file__).resolve().parents[1])  # the repository whose recipes it runs
 
 
 if __name__ == "__main__":

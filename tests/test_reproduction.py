@@ -51,7 +51,7 @@ def tiny_config(tmp_path: Path, **changes) -> ReproductionConfig:
 
 def test_the_plan_runs_every_row_for_every_seed_each_after_its_own_pre_training(tmp_path):
     cfg = tiny_config(tmp_path, seeds=[3, 7])
-    runs = plan_runs(cfg)
+    runs = plan_runs(cfg, ROOT)
     stages = [run.stage for run in runs]
     assert stages == sorted(stages, key=lambda stage: stage != "pretrain")  # pre-training runs start first
     pretrained = [row for row in ROWS if row.pretraining]
@@ -77,7 +77,7 @@ def test_the_plan_runs_every_row_for_every_seed_each_after_its_own_pre_training(
 @pytest.mark.parametrize("preset", sorted(CONFIGS.glob("reproduce_*.yaml")), ids=lambda path: path.stem)
 def test_every_shipped_experiment_plans_runs_its_recipes_accept(preset, monkeypatch):
     monkeypatch.chdir(ROOT)  # the presets name the stage presets from the repository root, as the README runs them
-    runs = plan_runs(build_config(ReproductionConfig, preset))
+    runs = plan_runs(build_config(ReproductionConfig, preset), ROOT)
     for run in runs:
         script = next(Path(arg) for arg in run.command if arg.endswith(".py"))
         arguments = run.command[run.command.index(str(script)) + 1:]
