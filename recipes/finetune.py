@@ -77,7 +77,7 @@ def main(cfg: FinetuneRunConfig) -> dict[str, Any]:
         if cfg.finetune.sweep_lrs:
             sweep = sweep_learning_rates(session, cfg, lambda: classifier(fresh_encoder()), train_set,
                                          image_view(cfg.data, image_size, augment=False))
-            trainer.cfg = dataclasses.replace(trainer.cfg, lr=max(sweep, key=sweep.get))  # the best, on everything
+            trainer.cfg = dataclasses.replace(trainer.cfg, lr=max(sweep, key=sweep.get))  # the best rate, on all images
             logger.info("sweep: holdout accuracy %s; training with lr %g on all %d training images",
                         ", ".join(f"lr {rate:g}: {score:.4f}" for rate, score in sweep.items()), trainer.cfg.lr,
                         len(train_set))

@@ -83,9 +83,9 @@ class FewShotMonitor:
     class, disjoint), for TensorBoard during pre-training. The slice is read from ``dataset`` at every report, a
     batch at a time, so a large one (many classes) costs loading time, not memory."""
 
-    def __init__(self, accelerator: Accelerator, model: torch.nn.Module, dataset: ImageDataset, cfg: MonitorConfig,
+    def __init__(self, accelerator: Accelerator, model: ImageEncoder, dataset: ImageDataset, cfg: MonitorConfig,
                  seed: int, batch_size: int = 256):
-        """``model``: the (unwrapped) model being trained, with ``encoder`` and ``normalise``; ``dataset``: images
+        """``model``: the (unwrapped) model being trained, read with ``cfg.features`` pooling; ``dataset``: images
         through the evaluation view, labelled."""
         self.accelerator, self.cfg, self.dataset, self.batch_size = accelerator, cfg, dataset, batch_size
         self.every = cfg.few_shot_every

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 from accelerate import Accelerator
 
 from mpp.config import ConfigError, DataConfig, MonitorConfig, MPPMonitorConfig
 from mpp.data.loading import build_dataset, sample_images
 from mpp.evaluation.few_shot import FewShotMonitor
 from mpp.evaluation.mpp_mosaic import MPPMosaic
+from mpp.models.encoder import ImageEncoder
 
 
-def pre_training_monitors(accelerator: Accelerator, model: torch.nn.Module, cfg: MonitorConfig, data: DataConfig,
+def pre_training_monitors(accelerator: Accelerator, model: ImageEncoder, cfg: MonitorConfig, data: DataConfig,
                           run_dir: Path, seed: int) -> list[FewShotMonitor | MPPMosaic]:
     """The reports ``cfg`` asks for, on ``model`` (unwrapped: its ``encoder`` and ``normalise`` are used in place).
     They read the training split through the evaluation view (no augmentation); built before the run starts, so
