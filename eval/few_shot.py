@@ -37,5 +37,11 @@ def main(cfg: FewShotRunConfig) -> dict[str, Any]:
     return metrics
 
 
-if __name__ == "__main__":
+
+def cli() -> None:
+    """The command line; what each process runs under `accelerate launch --tpu --main_training_function cli`."""
     run_recipe(main, FewShotRunConfig, DEFAULT_PRESET, description=__doc__)
+
+
+if __name__ == "__main__":
+    cli()

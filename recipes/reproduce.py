@@ -29,5 +29,11 @@ def main(cfg: ReproductionConfig) -> None:
     reproduce(cfg, Path(__file__).resolve().parents[1])  # the repository whose recipes it runs
 
 
-if __name__ == "__main__":
+
+def cli() -> None:
+    """The command line."""
     run_recipe(main, ReproductionConfig, DEFAULT_PRESET, description=__doc__)
+
+
+if __name__ == "__main__":
+    cli()

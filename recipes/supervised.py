@@ -65,5 +65,11 @@ def main(cfg: SupervisedRunConfig) -> dict[str, Any]:
     return metrics
 
 
-if __name__ == "__main__":
+
+def cli() -> None:
+    """The command line; what each process runs under `accelerate launch --tpu --main_training_function cli`."""
     run_recipe(main, SupervisedRunConfig, DEFAULT_PRESET, description=__doc__)
+
+
+if __name__ == "__main__":
+    cli()

@@ -54,14 +54,14 @@ def test_a_classifier_needs_labels_and_one_normalisation_value_per_channel(tiny_
 
 def test_sgd_is_plain_momentum_and_skips_a_non_finite_step_on_the_device():
     layer = torch.nn.Linear(3, 2)
-    optimizer = create_optimizer(layer, TrainConfig(optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0))
+    optimizer = create_optimizer(layer, TrainConfig(optimizer="sgd", lr=0.1, momentum=0.9, weight_decay=0.0),
+                                 torch.device("cpu"))
     assert optimizer.defaults["momentum"] == 0.9 and not optimizer.defaults["nesterov"]
     guard = NonFiniteGuard(optimizer, torch.device("cpu"), stop=False, scaler_skips=False)
     before = layer.weight.detach().clone()
     (layer(torch.ones(1, 3)).sum() * float("nan")).backward()
     guard.observe_loss(torch.tensor(float("nan")))
-    guard.judge_step(1, torch.tensor(float("nan")))
-    optimizer.step()
+    guard.step(torch.tensor(float("nan")))
     assert torch.equal(layer.weight, before)
     assert guard.check(1, window_steps=2) == 1
 

@@ -26,8 +26,8 @@ def test_resumed_batches_continue_where_an_uninterrupted_run_would_be():
     accelerator = Accelerator(cpu=True, dataloader_config=seeded)
     dataset = TensorDataset(torch.arange(20))
     loader = accelerator.prepare(DataLoader(dataset, batch_size=4, shuffle=True, drop_last=True))  # 5 per epoch
-    straight = [batch[0].tolist() for batch in itertools.islice(endless_batches(loader, accelerator, 0), 13)]
-    resumed = [batch[0].tolist() for batch in itertools.islice(endless_batches(loader, accelerator, 7), 6)]
+    straight = [batch[0].tolist() for batch in itertools.islice(endless_batches(loader, dataset, accelerator, 0), 13)]
+    resumed = [batch[0].tolist() for batch in itertools.islice(endless_batches(loader, dataset, accelerator, 7), 6)]
     assert resumed == straight[7:]
     assert sorted(sum(straight[:5], [])) == list(range(20))  # an epoch sees every sample once
     assert straight[:5] != straight[5:10]  # and each epoch reshuffles
@@ -55,7 +55,7 @@ def test_accumulation_takes_one_optimizer_step_per_global_batch(tiny_model_confi
     loader = build_loader(dataset, batch_size=4, cfg=DataConfig(), train=True)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
 
-    metrics = train(TrainingRun(accelerator, model, optimizer, loader, plan, cfg, tmp_path, MPPRunConfig()))
+    metrics = train(TrainingRun(accelerator, model, optimizer, loader, dataset, plan, cfg, tmp_path, MPPRunConfig()))
     adam_steps = {int(state["step"]) for state in optimizer.optimizer.state.values()}
     assert adam_steps == {3}  # 6 passes, 3 optimizer steps
     assert metrics["step"] == 3 and metrics["images_seen"] == 24 and metrics["loss"] > 0

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from mpp.config import MPPRunConfig, TrainConfig
 from mpp.training.checkpoint import list_checkpoints, read_step
 from mpp.training.engine import TrainingRun, plan_batches, train
-from mpp.training.non_finite import NonFiniteStep
+from mpp.training.non_finite import NonFiniteGuard, NonFiniteStep
 
 
 class FlakyModel(torch.nn.Module):
@@ -34,16 +34,17 @@ class FlakyModel(torch.nn.Module):
         return SimpleNamespace(loss=loss, accuracy=torch.zeros(()))
 
 
-def run(tmp_path, bad_steps: dict[int, str], on_nonfinite: str, steps: int = 8):
+def run(tmp_path, bad_steps: dict[int, str], on_nonfinite: str, steps: int = 8, fused: bool = True):
+    """``fused``: the step is skipped through the fused optimizer's found_inf; else a foreach one, as on XLA."""
     torch.manual_seed(0)  # the same model and data in every call
     cfg = TrainConfig(steps=steps, global_batch_size=4, lr=0.1, min_lr=0.1, warmup_steps=0, log_every=4,
                       checkpoint_every=2, keep_checkpoints=10, on_nonfinite=on_nonfinite)  # constant learning rate
     accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
     model = FlakyModel(bad_steps)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, fused=True)
-    loader = DataLoader(TensorDataset(torch.randn(16, 4), torch.zeros(16)), batch_size=4, shuffle=True)
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    outcome = train(TrainingRun(accelerator, model, optimizer, loader, plan_batches(cfg, 1), cfg, tmp_path,
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, fused=fused, foreach=not fused)
+    dataset = TensorDataset(torch.randn(16, 4), torch.zeros(16))
+    model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(dataset, batch_size=4, shuffle=True))
+    outcome = train(TrainingRun(accelerator, model, optimizer, loader, dataset, plan_batches(cfg, 1), cfg, tmp_path,
                                 MPPRunConfig()))
     return outcome, model, optimizer
 
@@ -52,28 +53,50 @@ def adam_steps(optimizer) -> int:
     return int(next(iter(optimizer.optimizer.state.values()))["step"])
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "foreach"])
 @pytest.mark.parametrize("kind", ["loss", "gradient"])
-def test_stop_ends_the_run_at_the_next_check_without_applying_or_checkpointing_the_bad_step(tmp_path, kind):
+def test_stop_ends_the_run_at_the_next_check_without_applying_or_checkpointing_the_bad_step(tmp_path, kind, fused):
     with pytest.raises(NonFiniteStep, match=r"1 of the last 4 steps had a non-finite loss or gradient \(first: step 3"):
-        run(tmp_path, {3: kind}, on_nonfinite="stop")
+        run(tmp_path, {3: kind}, on_nonfinite="stop", fused=fused)
     assert [read_step(path) for path in list_checkpoints(tmp_path)] == [2]  # none written after the bad step
 
 
-def test_skip_goes_on_without_the_bad_steps(tmp_path):
-    metrics, model, optimizer = run(tmp_path, {3: "loss", 6: "gradient"}, on_nonfinite="skip")
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "foreach"])
+def test_skip_goes_on_without_the_bad_steps(tmp_path, fused):
+    metrics, model, optimizer = run(tmp_path, {3: "loss", 6: "gradient"}, on_nonfinite="skip", fused=fused)
     assert metrics["step"] == 8 and metrics["skipped_steps"] == 2 and math.isfinite(metrics["loss"])
     assert adam_steps(optimizer) == 6  # 8 steps, 2 of them skipped
     assert all(torch.isfinite(parameter).all() for parameter in model.parameters())
 
 
-def test_a_skipped_step_leaves_weights_and_optimizer_untouched(tmp_path):
-    _, before, before_optimizer = run(tmp_path / "a", {}, on_nonfinite="skip", steps=2)
-    _, after, after_optimizer = run(tmp_path / "b", {3: "loss"}, on_nonfinite="skip", steps=3)
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "foreach"])
+def test_a_skipped_step_leaves_weights_and_optimizer_untouched(tmp_path, fused):
+    _, before, before_optimizer = run(tmp_path / "a", {}, on_nonfinite="skip", steps=2, fused=fused)
+    _, after, after_optimizer = run(tmp_path / "b", {3: "loss"}, on_nonfinite="skip", steps=3, fused=fused)
     assert adam_steps(after_optimizer) == adam_steps(before_optimizer) == 2
     assert all(torch.equal(a, b) for a, b in zip(before.parameters(), after.parameters()))
+    moments = [[state[key] for state in optimizer.optimizer.state.values() for key in ("exp_avg", "exp_avg_sq")]
+               for optimizer in (before_optimizer, after_optimizer)]
+    assert all(torch.equal(a, b) for a, b in zip(*moments))
 
 
-def test_skip_still_stops_when_no_step_of_a_window_is_finite(tmp_path):
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "foreach"])
+def test_skip_still_stops_when_no_step_of_a_window_is_finite(tmp_path, fused):
     with pytest.raises(NonFiniteStep, match=r"2 of the last 2 steps .* then resume$"):  # at the first checkpoint
-        run(tmp_path, {step: "loss" for step in range(1, 9)}, on_nonfinite="skip")
+        run(tmp_path, {step: "loss" for step in range(1, 9)}, on_nonfinite="skip", fused=fused)
     assert list_checkpoints(tmp_path) == []
+
+
+def test_a_skipped_first_step_leaves_a_foreach_optimizer_as_new():
+    """The step creates the optimizer's state; skipped, it is the state a first step starts from. (On XLA, where the
+    step count lives on the device, tests/xla/ checks the same.)"""
+    layer = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(layer.parameters(), lr=0.1, foreach=True)
+    guard = NonFiniteGuard(optimizer, torch.device("cpu"), stop=False, scaler_skips=False)
+    before = [parameter.detach().clone() for parameter in layer.parameters()]
+    layer(torch.ones(1, 3)).sum().backward()
+    guard.step(torch.tensor(math.inf))
+    assert all(torch.equal(parameter, value) for parameter, value in zip(layer.parameters(), before))
+    for state in optimizer.state.values():
+        assert float(state["step"]) == 0 and not state["exp_avg"].any() and not state["exp_avg_sq"].any()
+    assert guard.check(1, window_steps=2) == 1

@@ -117,7 +117,7 @@ class TrainingStep:
         images = torch.rand(batch, run.model.in_chans, *size, device=self.device)
         labels = torch.randint(0, 1000, (batch,), device=self.device)
         self.flops_per_image = 3 * forward_flops(model, images, labels) / batch
-        optimizer = create_optimizer(model, run.train)  # the recipes' fused AdamW, weight-decay groups included
+        optimizer = create_optimizer(model, run.train, self.device)  # the recipes' (fused here), decay groups and all
         trained = torch.compile(model) if compile_model else model
         autocast = torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 

@@ -110,4 +110,9 @@ def prepare_loader(accelerator: Accelerator, loader: DataLoader) -> DataLoader:
     if isinstance(loader.dataset, StreamingImageDataset):
         return prepare_data_loader(loader, device=accelerator.device, num_processes=1, process_index=0,
                                    put_on_device=True, dispatch_batches=False)
-    return accelerator.prepare(loader)
+    prepared = accelerator.prepare(loader)
+    # accelerate checkpoints nothing of a map-style loader (a sampler's state only for a sharded stream): a run's
+    # position is its step and its order the seed. So it need not keep the loader for save_state, where on XLA it
+    # would fail: accelerate 1.15's checkpointing reads a `dataset` its own XLA loader wrapper does not have.
+    accelerator._dataloaders.remove(prepared)
+    return prepared

@@ -14,6 +14,7 @@ depth) is refused with the shapes that differ.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import logging
@@ -160,11 +161,12 @@ def input_normalisation(pretrained: Optional[PretrainedEncoder], mean: tuple[flo
 def export_encoder(
     encoder: VisionTransformer, directory: Path, mean: Sequence[float], std: Sequence[float], tag: str
 ) -> None:
-    """Write the encoder in timm's hub format, with the normalisation it was trained with in its pretrained_cfg."""
+    """Write the encoder in timm's hub format, with the normalisation it was trained with in its pretrained_cfg.
+    What is written is a copy on the host: an accelerator's tensors (XLA's) cannot be written as they are."""
     partial = directory.with_name(directory.name + PARTIAL_SUFFIX)
     shutil.rmtree(partial, ignore_errors=True)
     save_for_hf(
-        encoder,
+        copy.deepcopy(encoder).cpu(),
         str(partial),
         model_config={"pretrained_cfg": {"tag": tag, "license": None}},
         safe_serialization=True,

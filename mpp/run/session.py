@@ -34,7 +34,8 @@ def create_accelerator(runtime: RuntimeConfig, seed: int, output_dir: str) -> Ac
         mixed_precision=runtime.mixed_precision,
         dynamo_backend="inductor" if runtime.compile else None,
         gradient_accumulation_plugin=GradientAccumulationPlugin(sync_with_dataloader=False),  # steps: the loop's
-        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=seed),
+        # Batches go to the device asynchronously from pinned memory (data.pin_memory: on with CUDA).
+        dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=seed, non_blocking=True),
         log_with="tensorboard",
         # TensorBoard writes to <project_dir>/<run name>: the run directory itself (see Session.start).
         project_dir=str(runs_parent(output_dir)),
@@ -54,10 +55,10 @@ def set_cpu_threads(accelerator: Accelerator, threads: int) -> int:
 
 
 def configure_logging() -> None:
-    """Log lines on the console from the main process only; accelerate's own chatter at warnings."""
-    level = logging.INFO if PartialState().is_main_process else logging.WARNING
-    logging.basicConfig(format=LOG_FORMAT, datefmt="%H:%M:%S", level=level)
-    logging.getLogger("accelerate").setLevel(logging.WARNING)
+    """The package's log lines on the console, from the main process only; other libraries' at warnings. Forced: a
+    library may have set up the root logger already (torch_xla does), and an entry point owns its console."""
+    logging.basicConfig(format=LOG_FORMAT, datefmt="%H:%M:%S", level=logging.WARNING, force=True)
+    logging.getLogger("mpp").setLevel(logging.INFO if PartialState().is_main_process else logging.WARNING)
 
 
 def log_to_file(run_dir: Path) -> None:
@@ -102,7 +103,8 @@ class Session:
                     self.threads)
 
     def finish(self, metrics: dict[str, Any]) -> None:
-        """``metrics.json``, last (a run that has one is complete), and TensorBoard closed."""
+        """``metrics.json``, last (a run that has one is complete), with the backend it ran on; TensorBoard closed."""
         self.accelerator.wait_for_everyone()
-        write_metrics(self.run_dir, metrics)
+        backend = {"distributed_type": self.accelerator.distributed_type.value, "device": str(self.accelerator.device)}
+        write_metrics(self.run_dir, {**metrics, "backend": backend})
         self.accelerator.end_training()

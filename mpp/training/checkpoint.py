@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Optional
 
+import torch
 import yaml
 from accelerate import Accelerator
 from safetensors.torch import load_file, save_file
@@ -110,10 +111,24 @@ def check_resume_compatible(checkpoint: Path, config: TrainingRunConfig) -> None
 
 def load_checkpoint(accelerator: Accelerator, checkpoint: Path, averaged: Optional[ModelEmaV3] = None) -> int:
     """Restore the full training state; returns the number of optimizer steps already taken."""
-    accelerator.load_state(str(checkpoint))
+    hook = accelerator.register_load_state_pre_hook(load_weights_through_the_host)
+    try:
+        accelerator.load_state(str(checkpoint))
+    finally:
+        hook.remove()
     if averaged is not None:
         if not (checkpoint / AVERAGED_FILE).is_file():
             raise ConfigError(f"{checkpoint} holds no averaged weights ({AVERAGED_FILE}); resume with the "
                               "checkpoint's settings (no weight averaging)")
-        averaged.module.load_state_dict(load_file(checkpoint / AVERAGED_FILE, device=str(accelerator.device)))
+        averaged.module.load_state_dict(load_file(checkpoint / AVERAGED_FILE))  # read on the host, copied over
     return read_step(checkpoint)
+
+
+def load_weights_through_the_host(models: list[torch.nn.Module], input_dir: str) -> None:
+    """accelerate's load_state pre-hook: each model's weights, as save_state wrote them, read on the host and copied
+    in; the models are then taken off the list accelerate loads. Its own loading asks safetensors where the model's
+    tensors are stored, which an XLA tensor cannot say."""
+    for index, model in enumerate(models):
+        model.load_state_dict(load_file(Path(input_dir) / (f"model_{index}.safetensors" if index else
+                                                           "model.safetensors")))
+    models.clear()

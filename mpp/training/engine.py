@@ -18,7 +18,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 from timm.utils import ModelEmaV3
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
@@ -53,14 +53,15 @@ def plan_batches(cfg: TrainConfig, num_processes: int) -> BatchPlan:
     return BatchPlan(cfg.global_batch_size, micro, num_processes, cfg.global_batch_size // per_pass)
 
 
-def endless_batches(loader: DataLoader, accelerator: Accelerator, start: int) -> Iterator[Any]:
-    """Batches epoch after epoch, starting after the first ``start`` (so a resumed run sees what it would have)."""
-    sized = not isinstance(loader.dataset, IterableDataset)
+def endless_batches(loader: DataLoader, dataset: Dataset, accelerator: Accelerator, start: int) -> Iterator[Any]:
+    """Batches of prepared ``loader`` (of ``dataset``) epoch after epoch, starting after the first ``start`` (so a
+    resumed run sees what it would have)."""
+    sized = not isinstance(dataset, IterableDataset)
     epoch, skip = divmod(start, len(loader)) if sized else (0, start)
     while True:
         loader.set_epoch(epoch)  # the shuffle order is a function of (seed, epoch) ...
-        if hasattr(loader.dataset, "set_epoch"):
-            loader.dataset.set_epoch(epoch)  # ... and so are the augmented views
+        if hasattr(dataset, "set_epoch"):
+            dataset.set_epoch(epoch)  # ... and so are the augmented views
         if sized:
             yield from accelerator.skip_first_batches(loader, skip) if skip else loader
             skip = 0
@@ -90,6 +91,7 @@ class TrainingRun:
     model: torch.nn.Module  # forward(images, labels) -> an output with a scalar loss and accuracy
     optimizer: torch.optim.Optimizer
     loader: DataLoader
+    dataset: Dataset  # the loader's: read here, not through the prepared loader (XLA's wrapper does not show it)
     plan: BatchPlan
     cfg: TrainConfig
     run_dir: Path  # checkpoints go to run_dir/checkpoints/
@@ -117,9 +119,9 @@ def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicRepor
     accelerator, model, optimizer, plan, cfg = run.accelerator, run.model, run.optimizer, run.plan, run.cfg
     seed = run.config.seed
     accelerator.gradient_accumulation_steps = plan.accumulation_steps
-    batches = endless_batches(run.loader, accelerator, start=start_step * plan.accumulation_steps)
+    batches = endless_batches(run.loader, run.dataset, accelerator, start=start_step * plan.accumulation_steps)
     guard = NonFiniteGuard(optimizer, accelerator.device, stop=cfg.on_nonfinite == "stop",
-                           scaler_skips=accelerator.scaler is not None)
+                           scaler_skips=accelerator.scaler is not None, start_step=start_step)
     # Running sums stay on the device; they are read (one synchronisation) only on log steps.
     sums = torch.zeros(3, device=accelerator.device)  # loss, accuracy, passes (finite ones only)
     window_steps = skipped_steps = 0
@@ -147,13 +149,12 @@ def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicRepor
                     output = model(images, labels)
                     accelerator.backward(output.loss)
                     guard.observe_loss(output.loss)
-                    if accelerator.sync_gradients:
+                    if accelerator.sync_gradients:  # the last pass of the step
                         grad_norm = accelerator.clip_grad_norm_(model.parameters(), cfg.grad_clip_norm)
-                        guard.judge_step(step + 1, grad_norm)  # a bad step is skipped by the optimizer itself
-                    optimizer.step()  # a no-op until the last accumulation pass
-                    optimizer.zero_grad(set_to_none=True)
-                    if run.averaged is not None and accelerator.sync_gradients:
-                        run.averaged.update(unwrapped, step=step + 1)  # one foreach lerp over the weights
+                        guard.step(grad_norm)  # skipped on the device if its loss or gradient is not finite
+                        optimizer.zero_grad(set_to_none=True)
+                        if run.averaged is not None:
+                            run.averaged.update(unwrapped, step=step + 1)  # one foreach lerp over the weights
                 values = torch.stack([output.loss.detach(), output.accuracy.detach(), torch.ones_like(sums[0])])
                 sums += torch.where(torch.isfinite(values[0]), values, 0)
             progress.update()
@@ -202,7 +203,7 @@ def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicRepor
                     raise Preempted(signum, done, path)
             pause = time.perf_counter() - pausing  # speeds count training time, not reports or checkpoint writing
             window_start, first_step_done = window_start + pause, first_step_done + pause
-    skipped = report_skipped_images(accelerator, run.loader.dataset)
+    skipped = report_skipped_images(accelerator, run.dataset)
 
     steps_run = cfg.steps - start_step
     elapsed = time.perf_counter() - (first_step_done if steps_run > 1 else run_start)

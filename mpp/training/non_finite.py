@@ -1,9 +1,13 @@
-"""Steps whose loss or gradient is not finite never reach the weights.
+"""Steps whose loss or gradient is not finite never reach the weights, on every backend.
 
-The check stays on the device: each step's verdict goes to the fused optimizer as ``found_inf`` (as mixed-precision
-loss scaling does), which then leaves parameters, moments and its step count untouched. Nothing synchronises with
-the host per step; ``check`` reads the count at log steps and before every checkpoint, and then either stops the
-run (``train.on_nonfinite=stop``, the default) or reports the skipped steps and goes on (``skip``). Either way no
+The verdict stays on the device, and so does skipping the step: nothing synchronises with the host per step.
+- A fused optimizer (CUDA, CPU) takes the verdict as ``found_inf``, as in mixed-precision loss scaling, and leaves
+  parameters, moments and its step count untouched.
+- Any other (foreach, as on XLA) steps, and then every parameter and state tensor it changed is put back where the
+  step was bad: one ``torch.where`` per tensor, so on XLA it is part of the step's graph. A state the step created
+  goes back to zeros, which is how Adam's moments and step count and SGD's momentum start.
+``check`` reads the count at log steps and before every checkpoint, and then either stops the run
+(``train.on_nonfinite=stop``, the default) or reports the skipped steps and goes on (``skip``). Either way no
 checkpoint ever holds weights a non-finite step produced. In fp16, accelerate's gradient scaler skips overflowing
 steps itself (that is how it finds its scale), so they are counted and reported, not stopped on.
 """
@@ -22,26 +26,54 @@ class NonFiniteStep(RunError):
 
 
 class NonFiniteGuard:
-    def __init__(self, optimizer: Any, device: torch.device, stop: bool, scaler_skips: bool):
-        self.optimizer = getattr(optimizer, "optimizer", optimizer)  # under accelerate's wrapper
-        if not scaler_skips and not self.optimizer.defaults.get("fused"):
-            raise ValueError("NonFiniteGuard skips steps through a fused optimizer's found_inf; create it fused=True")
+    def __init__(self, optimizer: Any, device: torch.device, stop: bool, scaler_skips: bool, start_step: int = 0):
+        self.stepped = optimizer  # what the loop steps: accelerate's wrapper, where there is one
+        self.optimizer = getattr(optimizer, "optimizer", optimizer)
+        self.fused = bool(self.optimizer.defaults.get("fused"))
         self.stop, self.scaler_skips = stop, scaler_skips
         self.loss_not_finite = torch.zeros((), dtype=torch.bool, device=device)  # any pass of the current step
         self.bad_steps = torch.zeros((), dtype=torch.long, device=device)  # since the last check
         self.first_bad_step = torch.zeros((), dtype=torch.long, device=device)  # 1-based; 0: none
+        # Counted on the device: a new Python number in every step's graph would make XLA compile it again.
+        self.steps = torch.tensor(start_step, device=device)
 
     def observe_loss(self, loss: torch.Tensor) -> None:
         self.loss_not_finite |= ~torch.isfinite(loss.detach())
 
-    def judge_step(self, step: int, grad_norm: torch.Tensor) -> None:
-        """Before ``optimizer.step()`` of step ``step`` (1-based): let the optimizer skip it if it is bad."""
+    def step(self, grad_norm: torch.Tensor) -> None:
+        """The optimizer step, not applied if its loss or gradient is not finite."""
         bad = self.loss_not_finite | ~torch.isfinite(grad_norm)
-        if not self.scaler_skips:
-            self.optimizer.found_inf = bad.float()
+        self.steps += 1
         self.bad_steps += bad
-        self.first_bad_step = torch.where((self.first_bad_step == 0) & bad, step, self.first_bad_step)
+        self.first_bad_step = torch.where((self.first_bad_step == 0) & bad, self.steps, self.first_bad_step)
         self.loss_not_finite.zero_()
+        if self.scaler_skips:
+            self.stepped.step()
+        elif self.fused:
+            self.optimizer.found_inf = bad.float()
+            self.stepped.step()
+        else:
+            before = self.snapshot()
+            self.stepped.step()
+            self.restore(before, bad)
+
+    def snapshot(self) -> list[tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]]:
+        """Every parameter, its value and its optimizer state, as they are before a step."""
+        return [(parameter, parameter.detach().clone(),
+                 {key: value.clone() for key, value in self.optimizer.state.get(parameter, {}).items()
+                  if torch.is_tensor(value)})
+                for group in self.optimizer.param_groups for parameter in group["params"]]
+
+    @torch.no_grad()
+    def restore(self, before: list[tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]],
+                bad: torch.Tensor) -> None:
+        """Where ``bad``, parameters and optimizer state as ``before`` (a state the step created: zeros)."""
+        for parameter, value, old_state in before:
+            parameter.copy_(torch.where(bad, value, parameter))
+            state = self.optimizer.state[parameter]
+            for key, new in state.items():
+                if torch.is_tensor(new):
+                    state[key] = torch.where(bad, old_state.get(key, torch.zeros_like(new)), new)
 
     def check(self, step: int, window_steps: int) -> int:
         """After step ``step``: how many of the last ``window_steps`` were skipped; raises where the run must stop.

@@ -47,7 +47,7 @@ class Trainer:
         accuracy_name: str = "train_accuracy",
         log_prefix: str = "",
     ) -> None:
-        self.session, self.model, self.config = session, model, config
+        self.session, self.model, self.train_set, self.config = session, model, train_set, config
         self.cfg = train or config.train
         self.run_dir = run_dir or session.run_dir
         self.ema_decay, self.accuracy_name, self.log_prefix = ema_decay, accuracy_name, log_prefix
@@ -55,7 +55,7 @@ class Trainer:
         self.plan = plan_batches(self.cfg, accelerator.num_processes)
         self.loader = build_loader(train_set, self.plan.micro_batch_size, config.data, train=True,
                                    device_type=accelerator.device.type, local_processes=local_processes(accelerator))
-        self.optimizer = create_optimizer(model, self.cfg)
+        self.optimizer = create_optimizer(model, self.cfg, accelerator.device)
         self.checkpoint = resume_checkpoint(config.resume if resume is None else resume, self.run_dir)
         if self.checkpoint is not None:
             check_resume_compatible(self.checkpoint, config)
@@ -77,16 +77,19 @@ class Trainer:
         """Prepare, resume where there is a checkpoint, train to the last step; returns the run's metrics."""
         accelerator = self.session.accelerator
         accelerator.free_memory()  # only this run's model and optimizer are prepared, so only they are checkpointed
+        # A copy of the weights, lerped towards the trained ones after every step. Copied before accelerate places
+        # the model, then put beside it: timm's ModelEmaV3 cannot be made on an XLA device.
+        self.averaged = ModelEmaV3(self.model, decay=self.ema_decay) if self.ema_decay else None
         self.model, self.optimizer = accelerator.prepare(self.model, self.optimizer)
+        if self.averaged is not None:
+            self.averaged.module.to(accelerator.device)
         loader = prepare_loader(accelerator, self.loader)
-        # A copy of the weights, lerped towards the trained ones after every step; on the model's device.
-        self.averaged = ModelEmaV3(self.trained_model, decay=self.ema_decay) if self.ema_decay else None
         start_step = 0
         if self.checkpoint is not None:
             start_step = load_checkpoint(accelerator, self.checkpoint, self.averaged)
             logger.info("%sresumed from %s at step %d", self.log_prefix, self.checkpoint, start_step)
-        run = TrainingRun(accelerator, self.model, self.optimizer, loader, self.plan, self.cfg, self.run_dir,
-                          self.config, self.averaged, self.accuracy_name, self.log_prefix)
+        run = TrainingRun(accelerator, self.model, self.optimizer, loader, self.train_set, self.plan, self.cfg,
+                          self.run_dir, self.config, self.averaged, self.accuracy_name, self.log_prefix)
         return train(run, start_step, reports)
 
     @property

@@ -1,0 +1,211 @@
+"""The TPU code path, on XLA's CPU backend (``PJRT_DEVICE=CPU``): the same lowering and compilation a TPU runs.
+
+Run by the XLA lane (``.ci/xla``) in its own environment (torch_xla 2.9 needs torch 2.9); skipped where torch_xla is
+not installed. ``USE_TORCH_XLA=0`` makes the same environment run on the plain CPU, for comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("PJRT_DEVICE", "CPU")
+torch_xla = pytest.importorskip("torch_xla", reason="the XLA lane (.ci/xla) runs these, with torch_xla installed")
+
+import torch  # noqa: E402
+import torch_xla.debug.metrics as xla_metrics  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+
+from mpp.config import MPPRunConfig, SupervisedRunConfig, TrainConfig, build_config  # noqa: E402
+from mpp.data.loading import build_dataset  # noqa: E402
+from mpp.models.classifier import ImageClassifier  # noqa: E402
+from mpp.models.encoder import create_encoder  # noqa: E402
+from mpp.models.masked_patch_prediction import MaskedPatchPredictor  # noqa: E402
+from mpp.run.session import Session  # noqa: E402
+from mpp.training.non_finite import NonFiniteGuard  # noqa: E402
+from mpp.training.optimizer import create_optimizer  # noqa: E402
+from mpp.training.trainer import Trainer  # noqa: E402
+from tests.launching import ROOT, TINY, launch  # noqa: E402
+
+ENCODER = TINY[:5]  # 16 px, 4 px patches, width 32, 2 blocks
+SHORT = ["train.global_batch_size=8", "train.warmup_steps=2", "train.log_every=2", "train.checkpoint_every=3",
+         "train.steps=6"]
+
+
+def counter(name: str) -> int:
+    """How often torch_xla has done ``name`` (a compilation, a transfer from the device) in this process."""
+    data = xla_metrics.metric_data(name)
+    return data[0] if data else 0
+
+
+class Counters:
+    """A report run after every step: the compilations and device-to-host transfers so far (host-side counters,
+    read without touching the device)."""
+
+    every = 1
+
+    def __init__(self) -> None:
+        self.compilations, self.transfers = {0: counter("CompileTime")}, {0: counter("TransferFromDeviceTime")}
+
+    def __call__(self, step: int, images_seen: int) -> None:
+        self.compilations[step] = counter("CompileTime")
+        self.transfers[step] = counter("TransferFromDeviceTime")
+
+
+@pytest.mark.parametrize("objective", ["mpp", "classifier"])
+def test_the_step_compiles_once_and_reads_nothing_from_the_device_between_log_steps(tmp_path, objective):
+    config_class = MPPRunConfig if objective == "mpp" else SupervisedRunConfig
+    cfg = build_config(config_class, overrides=[*ENCODER, "train.global_batch_size=8", "train.warmup_steps=2",
+                                                "train.log_every=4", "train.checkpoint_every=100", "train.steps=12",
+                                                f"output_dir={tmp_path / 'run'}"])
+    with Session(cfg, cfg.train, prefix=objective) as session:
+        assert session.accelerator.device.type == "xla"
+        encoder = create_encoder(cfg.model)
+        dataset = build_dataset(cfg.data, "train", 16, 3, augment=True, seed=cfg.seed)
+        model = (MaskedPatchPredictor(encoder, cfg.mpp, cfg.data.mean, cfg.data.std) if objective == "mpp" else
+                 ImageClassifier(encoder, dataset.num_classes, cfg.classifier, cfg.data.mean, cfg.data.std))
+        trainer = Trainer(session, model, dataset, cfg)
+        session.start()
+        counters = Counters()
+        metrics = trainer.fit([counters])
+        session.finish(metrics)
+    compilations, transfers = counters.compilations, counters.transfers
+    print(f"{objective}: compilations after each step {compilations}; transfers {transfers}")
+    # Warm-up: the first step (the optimizer's state is created), the first log step and the one after it. After
+    # that every graph is one already compiled (step 12, the last, has a learning rate of exactly 0, a value XLA
+    # compiles in as a constant: one more graph, after these).
+    assert compilations[6] == compilations[11], f"compiled again after warm-up: {compilations}"
+    for step in range(1, 12):
+        if step % 4:
+            assert transfers[step] == transfers[step - 1], f"step {step} read from the device: {transfers}"
+        else:
+            assert transfers[step] > transfers[step - 1], f"log step {step} read nothing: {transfers}"
+    written = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert math.isfinite(written["loss"]) and written["backend"] == {"distributed_type": "XLA", "device": "xla:0"}
+
+
+def test_a_non_finite_step_leaves_weights_moments_and_step_count_untouched_on_the_device():
+    device = torch_xla.device()
+    layer = torch.nn.Linear(3, 2).to(device)
+    optimizer = create_optimizer(layer, TrainConfig(lr=0.1), device)
+    assert optimizer.defaults["capturable"] and not optimizer.defaults.get("fused")  # the step count on the device
+    guard = NonFiniteGuard(optimizer, device, stop=False, scaler_skips=False)
+
+    def step(scale: float) -> None:
+        loss = layer(torch.ones(1, 3, device=device)).sum() * scale
+        loss.backward()
+        guard.observe_loss(loss)
+        guard.step(torch.nn.utils.clip_grad_norm_(layer.parameters(), 1.0))
+        optimizer.zero_grad(set_to_none=True)
+
+    def state() -> list[torch.Tensor]:
+        return [tensor.detach().cpu().clone() for tensor in [*layer.parameters(), *(
+            value for parameter_state in optimizer.state.values() for value in parameter_state.values())]]
+
+    initial = [parameter.detach().cpu().clone() for parameter in layer.parameters()]
+    step(math.nan)  # the first step, skipped: the state a first step starts from
+    assert all(torch.equal(parameter.cpu(), value) for parameter, value in zip(layer.parameters(), initial))
+    for parameter_state in optimizer.state.values():
+        assert float(parameter_state["step"]) == 0 and not parameter_state["exp_avg"].cpu().any()
+    step(1.0)
+    after_good = state()
+    step(math.inf)
+    assert all(torch.equal(before, now) for before, now in zip(after_good, state()))
+    assert guard.check(3, window_steps=3) == 2
+
+
+def test_a_resumed_run_ends_with_the_uninterrupted_weights(tmp_path):
+    straight = tmp_path / "straight"
+    monitored = ["monitor.few_shot_every=3", "monitor.mosaic_every=3", "monitor.few_shot_shots=2",
+                 "monitor.few_shot_test_per_class=5"]
+    launch(f"output_dir={straight}", *ENCODER, *SHORT, *monitored)
+    interrupted = tmp_path / "interrupted"
+    shutil.copytree(straight, interrupted)  # as if stopped right after its step-3 checkpoint
+    for later in ("checkpoints/step_00000006", "export"):
+        shutil.rmtree(interrupted / later)
+    (interrupted / "metrics.json").unlink()
+    result = launch(f"output_dir={interrupted}", *ENCODER, *SHORT, *monitored, "--resume")
+    assert "at step 3" in result.stderr
+    expected, resumed = (load_file(run / "checkpoints" / "step_00000006" / "model.safetensors")
+                         for run in (straight, interrupted))
+    assert expected.keys() == resumed.keys()
+    assert all(torch.equal(expected[name], resumed[name]) for name in expected)  # bit for bit
+
+
+def test_the_tpu_launcher_runs_a_recipe_as_a_module(tmp_path):
+    """What a TPU VM runs, one process here: ``accelerate launch --tpu`` imports the script as a module (recipes.mpp,
+    not mpp.py, whose name is the package's) and calls its ``cli`` in each process ``xmp.spawn`` starts."""
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--tpu", "--num_processes", "1", "--module",
+               "--main_training_function", "cli", "recipes.mpp", f"output_dir={tmp_path / 'run'}", *ENCODER, *SHORT]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["step"] == 6 and metrics["backend"] == {"distributed_type": "XLA", "device": "xla:0"}
+
+
+RECIPES, EVAL = ROOT / "recipes", ROOT / "eval"
+MONITORED = ["monitor.few_shot_every=3", "monitor.few_shot_shots=2", "monitor.few_shot_test_per_class=5"]
+EVALUATION = ["data.shots_per_class=20", "eval.batch_size=128"]
+ENTRY_POINTS = {  # the script, its arguments, and the pre-training run its init names (if any)
+    "mpp": (RECIPES / "mpp.py", [*SHORT, *MONITORED, "monitor.mosaic_every=3"], None),
+    "supervised": (RECIPES / "supervised.py", [*SHORT, *MONITORED], None),
+    "finetune": (RECIPES / "finetune.py", [*SHORT, "model.img_size=24", "finetune.sweep_lrs=[0.01,0.1]",
+                                           "finetune.ema_decay=0.5", "data.shots_per_class=20"], "mpp"),
+    "few_shot": (EVAL / "few_shot.py", [*EVALUATION, "few_shot.shots=[1,5]", "few_shot.holdout_per_class=5"], "mpp"),
+    "linear_probe": (EVAL / "linear_probe.py", [*EVALUATION, "linear_probe.max_iterations=20"], "mpp"),
+    "knn": (EVAL / "knn.py", EVALUATION, "supervised"),
+    "inspect_encoder": (EVAL / "inspect_encoder.py", ["inspect.attention_images=8", "inspect.rollout_images=4"],
+                        "supervised"),
+}
+BACKENDS = {"xla": {}, "cpu": {"USE_TORCH_XLA": "0"}}  # the environment each runs in
+
+
+def files_of(run: Path) -> set[str]:
+    """A run directory's files; TensorBoard's (named by time and host) and cached features (named by the encoder's
+    weights, which differ: XLA draws other random numbers) by their kind."""
+    names = {str(path.relative_to(run)) for path in run.rglob("*") if path.is_file()}
+    return {re.sub(r"events\.out\.tfevents\..*", "events.out.tfevents.*", re.sub(r"-[0-9a-f]{16}\.safetensors$",
+                                                                                  "-*.safetensors", name))
+            for name in names}
+
+
+@pytest.fixture(scope="module")
+def run_of(tmp_path_factory):
+    """``run_of(name, backend, precision)``: the directory of that entry point's run, launched the first time it is
+    asked for (with the pre-training run it starts from)."""
+    root = tmp_path_factory.mktemp("entry-points")
+
+    def run(name: str, backend: str, precision: str) -> Path:
+        directory = root / f"{backend}-{precision}" / name
+        if not (directory / "metrics.json").is_file():
+            script, arguments, init = ENTRY_POINTS[name]
+            section = "eval" if script.parent == EVAL else "train"
+            arguments = [*ENCODER, *arguments, f"{section}.mixed_precision={precision}"]
+            if init:
+                arguments.append(f"init={run(init, backend, precision)}")
+            with pytest.MonkeyPatch.context() as patch:
+                for key, value in BACKENDS[backend].items():
+                    patch.setenv(key, value)
+                launch(f"output_dir={directory}", *arguments, script=script)
+        return directory
+
+    return run
+
+
+@pytest.mark.parametrize("precision", ["no", "bf16"])
+@pytest.mark.parametrize("name", list(ENTRY_POINTS))
+def test_every_entry_point_runs_on_xla_and_writes_what_it_writes_on_a_cpu(run_of, name, precision):
+    directories = {backend: run_of(name, backend, precision) for backend in BACKENDS}
+    metrics = {backend: json.loads((run / "metrics.json").read_text()) for backend, run in directories.items()}
+    assert metrics["xla"]["backend"] == {"distributed_type": "XLA", "device": "xla:0"}
+    assert metrics["cpu"]["backend"] == {"distributed_type": "NO", "device": "cpu"}
+    assert metrics["xla"].keys() == metrics["cpu"].keys()
+    assert files_of(directories["xla"]) == files_of(directories["cpu"])
