@@ -18,7 +18,7 @@ from accelerate import Accelerator
 from mpp.config import FewShotConfig, MonitorConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.subsets import disjoint_per_class, shots_per_class
-from mpp.evaluation.frozen_feature_classifiers import accuracy, ridge_predictions, ridge_regression
+from mpp.evaluation.frozen_feature_classifiers import accuracy, fitting_device, ridge_predictions, ridge_regression
 from mpp.models.encoder import ImageEncoder
 
 DEFAULT_L2_GRID = FewShotConfig().l2_grid
@@ -33,7 +33,10 @@ def ridge_accuracy(
     l2_grid: Sequence[float],
 ) -> tuple[float, float]:
     """(test accuracy, chosen penalty): the ridge regression fitted to ``train`` (features, labels) with each
-    penalty of ``l2_grid``, the one best on ``holdout`` (the smallest among ties) scored on ``test``."""
+    penalty of ``l2_grid``, the one best on ``holdout`` (the smallest among ties) scored on ``test``; on
+    ``fitting_device``."""
+    device = fitting_device(train[0])
+    train, holdout, test = ((values.to(device), classes.to(device)) for values, classes in (train, holdout, test))
     fits = [ridge_regression(*train, num_classes, l2) for l2 in l2_grid]
     scores = [accuracy(ridge_predictions(weights, holdout[0]), holdout[1]) for weights in fits]
     best = scores.index(max(scores))

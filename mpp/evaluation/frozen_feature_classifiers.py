@@ -11,6 +11,13 @@ import torch
 import torch.nn.functional as F
 
 
+def fitting_device(features: torch.Tensor) -> torch.device:
+    """Where a classifier on frozen features is fitted: where the features are, but the host for XLA's. The fits solve
+    in float64 (ridge regression), which TPUs do not compute, or decide on the host at every iteration (L-BFGS), which
+    on XLA would be a new graph each time."""
+    return torch.device("cpu") if features.device.type == "xla" else features.device
+
+
 def accuracy(predictions: torch.Tensor, labels: torch.Tensor) -> float:
     """Fraction of ``predictions`` equal to ``labels``."""
     return (predictions == labels).double().mean().item()

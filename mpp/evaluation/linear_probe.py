@@ -14,7 +14,7 @@ from torch import nn
 
 from mpp.config import LinearProbeConfig
 from mpp.data.subsets import holdout_split
-from mpp.evaluation.frozen_feature_classifiers import accuracy
+from mpp.evaluation.frozen_feature_classifiers import accuracy, fitting_device
 
 
 class LinearProbe(nn.Module):
@@ -53,12 +53,9 @@ def train_linear_probe(features: torch.Tensor, labels: torch.Tensor, num_classes
 def linear_probe_evaluation(train: tuple[torch.Tensor, torch.Tensor], test: tuple[torch.Tensor, torch.Tensor],
                             num_classes: int, cfg: LinearProbeConfig, seed: int) -> dict:
     """Each penalty of ``cfg.l2_grid`` fitted to the training features less a seeded hold-out slice and scored on
-    it; the best (the first among ties) fitted to all of them and scored on ``test``.
-
-    L-BFGS decides on the host at every iteration (its line search, its stopping rule) and its history changes the
-    computation as it grows: on XLA every iteration would be a new graph to compile. There the fit runs on the host;
-    everywhere else where the features are (on a GPU, an ImageNet-sized probe takes seconds there, hours on a CPU)."""
-    device = torch.device("cpu") if train[0].device.type == "xla" else train[0].device
+    it; the best (the first among ties) fitted to all of them and scored on ``test``, on ``fitting_device`` (on a
+    GPU an ImageNet-sized probe takes seconds, on a CPU hours)."""
+    device = fitting_device(train[0])
     (features, labels), test = ((values.to(device), classes.to(device)) for values, classes in (train, test))
     kept, held_out = (part.to(features.device) for part in holdout_split(len(features), cfg.holdout_fraction, seed))
     holdout_accuracy = {}
