@@ -171,6 +171,16 @@ class RuntimeConfig:
     compile: bool = False  # torch.compile the model (accelerate's "inductor" backend): a slow start, faster steps on
     # a GPU; false leaves it to `accelerate launch --dynamo_backend` (off unless asked)
     cpu_threads: int = 0  # on a CPU: threads per process; 0 shares the cores among this machine's processes
+    # Several processes: the longest one waits for the others in a collective before the run ends with an error (a
+    # process that vanished without closing its connections, e.g. with its machine). Above the longest pause of one
+    # process: the main process writing a checkpoint, a first compilation.
+    collective_timeout_s: int = 1800
+
+    section: ClassVar[str] = ""  # the config key this is read from, for messages
+
+    def __post_init__(self) -> None:
+        if self.collective_timeout_s < 1:
+            raise ConfigError(f"{self.section}.collective_timeout_s={self.collective_timeout_s} must be at least 1")
 
 
 @dataclass
@@ -196,7 +206,10 @@ class TrainConfig(RuntimeConfig):
     # "stop" ends the run at the next log step or checkpoint, "skip" reports it and goes on
     stop_check_every: int = 10  # several processes: steps between agreeing whether a SIGTERM/SIGINT arrived
 
+    section: ClassVar[str] = "train"
+
     def __post_init__(self) -> None:
+        super().__post_init__()
         for name in ("steps", "global_batch_size", "log_every", "checkpoint_every", "keep_checkpoints",
                      "stop_check_every"):
             if getattr(self, name) < 1:
@@ -353,7 +366,10 @@ class EvaluationConfig(RuntimeConfig):
     # runs (e.g. runs/feature-cache) extracts each encoder's features once. Empty: <output_dir>/features.
     feature_cache: str = ""
 
+    section: ClassVar[str] = "eval"
+
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.batch_size < 1:
             raise ConfigError(f"eval.batch_size={self.batch_size} must be at least 1")
 

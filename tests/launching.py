@@ -27,7 +27,8 @@ def free_port() -> int:
 
 
 def accelerate_command(script: Path, args: tuple[str, ...], processes: int) -> tuple[list[str], dict[str, str]]:
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(processes),
+    # -q: a failed run ends with its own one-line error, not the launcher's traceback after it (single process)
+    command = [sys.executable, "-m", "accelerate.commands.launch", "-q", "--num_processes", str(processes),
                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if processes > 1:
@@ -62,3 +63,16 @@ def wait_for_log(path: Path, pattern: str, process: subprocess.Popen, timeout: f
         assert process.poll() is None, process.communicate()[1][-3000:]
         time.sleep(0.02)
     raise AssertionError(f"no {pattern!r} in {path} after {timeout} s")
+
+
+def training_process(launcher: subprocess.Popen, rank: int) -> int:
+    """The pid of one rank's training process: a child of the launcher (torchrun runs inside accelerate launch)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])  # after "pid (name) state"
+            environment = (stat.parent / "environ").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue  # ended meanwhile
+        if parent == launcher.pid and f"RANK={rank}".encode() in environment:
+            return int(stat.parent.name)
+    raise AssertionError(f"no training process of rank {rank} under launcher {launcher.pid}")

@@ -1,19 +1,24 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
+from pathlib import Path
 
 import pytest
 import timm
 import torch
 from accelerate import Accelerator
 
+import mpp.training.checkpoint as checkpoint_module
 from mpp.config import ConfigError, MPPRunConfig, build_config
 from mpp.models.encoder import create_encoder
 from mpp.models.pretrained import export_encoder
 from mpp.run.directory import RunDirectoryError, claim_output_dir
 from mpp.training.checkpoint import (
+    CheckpointError,
     check_resume_compatible,
+    checkpoint_damage,
     list_checkpoints,
     load_checkpoint,
     resume_checkpoint,
@@ -111,3 +116,102 @@ def test_resuming_a_fine_tuning_run_from_other_starting_weights_is_refused(tmp_p
     changed = build_config(FinetuneRunConfig, overrides=["init=runs/b", "finetune.ema_decay=0.9"])
     with pytest.raises(ConfigError, match=r"init: 'runs/a' in the checkpoint, 'runs/b' now(.|\n)*finetune.ema_decay"):
         check_resume_compatible(checkpoint, changed)
+
+
+def saved_run(tmp_path, steps=(10, 20, 30)) -> tuple[Accelerator, torch.nn.Module]:
+    accelerator = Accelerator(cpu=True)
+    model = accelerator.prepare(torch.nn.Linear(64, 64))
+    for step in steps:
+        with torch.no_grad():
+            model.weight.fill_(step)
+        save_checkpoint(accelerator, tmp_path, step, MPPRunConfig(), keep=len(steps))
+    return accelerator, model
+
+
+def test_a_checkpoint_records_the_size_and_checksum_of_every_other_file(tmp_path):
+    saved_run(tmp_path, steps=(10,))
+    checkpoint = list_checkpoints(tmp_path)[0]
+    recorded = json.loads((checkpoint / "trainer_state.json").read_text())["files"]
+    on_disk = {path.name for path in checkpoint.iterdir()} - {"trainer_state.json"}
+    assert set(recorded) == on_disk and {"model.safetensors", "config.yaml"} <= on_disk
+    assert all(entry["bytes"] == (checkpoint / name).stat().st_size for name, entry in recorded.items())
+    assert checkpoint_damage(checkpoint) is None
+    weights = checkpoint / "random_states_0.pkl"
+    weights.write_bytes(bytes([weights.read_bytes()[0] ^ 1]) + weights.read_bytes()[1:])  # one bit, same size
+    assert checkpoint_damage(checkpoint) == "random_states_0.pkl does not match the checksum recorded when saved"
+
+
+def test_resume_auto_falls_back_past_damaged_checkpoints_with_a_warning(tmp_path, caplog):
+    accelerator, model = saved_run(tmp_path)
+    newest = list_checkpoints(tmp_path)[-1]
+    with open(newest / "model.safetensors", "r+b") as weights:  # truncated, as a dying disk or a cut copy leaves it
+        weights.truncate(100)
+    with caplog.at_level(logging.WARNING):
+        chosen = resume_checkpoint("auto", tmp_path)
+    assert chosen.name == "step_00000020"
+    assert "step_00000030 is damaged (model.safetensors holds 100 bytes" in caplog.text
+    assert load_checkpoint(accelerator, chosen) == 20 and torch.all(model.weight == 20)
+
+    (list_checkpoints(tmp_path)[1] / "trainer_state.json").write_text('{"st')
+    assert resume_checkpoint("auto", tmp_path).name == "step_00000010"
+    (list_checkpoints(tmp_path)[0] / "config.yaml").unlink()
+    with pytest.raises(CheckpointError, match="every checkpoint in .* is damaged"):
+        resume_checkpoint("auto", tmp_path)
+
+
+def test_resuming_a_named_damaged_checkpoint_is_refused_naming_the_newest_intact_one(tmp_path):
+    saved_run(tmp_path)
+    newest = list_checkpoints(tmp_path)[-1]
+    with open(newest / "model.safetensors", "r+b") as weights:
+        weights.truncate(100)
+    with pytest.raises(CheckpointError, match=rf"resume={newest} is damaged \(model.safetensors holds 100 bytes.*"
+                                              rf"newest intact checkpoint of its run is .*step_00000020"):
+        resume_checkpoint(str(newest), tmp_path)
+    assert resume_checkpoint(str(list_checkpoints(tmp_path)[0]), tmp_path).name == "step_00000010"
+
+
+def test_no_room_for_a_checkpoint_keeps_the_earlier_ones_and_says_how_much_is_needed(tmp_path, monkeypatch):
+    accelerator, _ = saved_run(tmp_path, steps=(10, 20))
+    before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+    size = sum(path.stat().st_size for path in list_checkpoints(tmp_path)[-1].iterdir())
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(checkpoint_module.shutil, "disk_usage", lambda path: usage._replace(free=size - 1))
+    expected = (rf"no room for checkpoint step_00000030 in .*checkpoints: {(size - 1) / 2**20:.1f} MiB free, a "
+                rf"checkpoint needs about {size / 2**20:.1f} MiB.*--resume.*kept \(step_00000010, step_00000020")
+    with pytest.raises(CheckpointError, match=expected):
+        save_checkpoint(accelerator, tmp_path, 30, MPPRunConfig(), keep=2)  # refused before writing
+    assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
+
+
+def test_a_disk_filling_up_while_a_checkpoint_is_written_leaves_no_partial_one(tmp_path, monkeypatch):
+    accelerator, _ = saved_run(tmp_path, steps=(10,))
+    before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+    usage = shutil.disk_usage(tmp_path)
+    free = [usage.free]
+    monkeypatch.setattr(checkpoint_module.shutil, "disk_usage", lambda path: usage._replace(free=free[0]))
+
+    def fill_the_disk(directory):  # torch's writer on a full disk: a RuntimeError, not an OSError
+        Path(directory).mkdir()
+        (Path(directory) / "model.safetensors").write_bytes(b"x" * 1000)
+        free[0] = 0
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1024 vs 960")
+
+    monkeypatch.setattr(accelerator, "save_state", fill_the_disk)
+    with pytest.raises(CheckpointError, match="no room for checkpoint step_00000020 .*0.0 MiB free.*kept "
+                                              r"\(step_00000010\)"):
+        save_checkpoint(accelerator, tmp_path, 20, MPPRunConfig(), keep=2)
+    assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
+
+
+def test_a_save_failing_with_room_to_spare_removes_its_partial_and_raises_its_own_error(tmp_path, monkeypatch):
+    accelerator, _ = saved_run(tmp_path, steps=(10,))
+    before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+
+    def fail(directory):
+        Path(directory).mkdir()
+        raise ValueError("not a disk problem")
+
+    monkeypatch.setattr(accelerator, "save_state", fail)
+    with pytest.raises(ValueError, match="not a disk problem"):
+        save_checkpoint(accelerator, tmp_path, 20, MPPRunConfig(), keep=2)
+    assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before

@@ -60,6 +60,7 @@ def test_unknown_key_is_an_error_that_lists_the_valid_ones(tmp_path):
         ("mpp.mask_fraction=0.95", "sum to at most 1"),
         ("model.img_size=30", "not divisible by model.patch_size"),
         ("train.betas=[0.9]", "must have 2 items"),
+        ("train.collective_timeout_s=0", "train.collective_timeout_s=0 must be at least 1"),
         ("steps", "not of the form key=value"),
     ],
 )

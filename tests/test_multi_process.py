@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
+import time
 
-from tests.launching import TINY, launch, start, wait_for_log
+import pytest
+
+from mpp.training.checkpoint import checkpoint_damage, list_checkpoints
+from tests.launching import TINY, launch, start, training_process, wait_for_log
 
 STEPS = ["train.steps=40", "train.global_batch_size=16", "train.log_every=10", "train.checkpoint_every=20",
          "train.lr=2e-3"]
@@ -54,3 +59,26 @@ def test_sigterm_to_a_two_process_run_stops_both_at_one_step_and_resume_finishes
     launch(*args, "--resume", processes=2)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["step"] == 300 and metrics["steps_this_session"] == 300 - step and metrics["num_processes"] == 2
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSTOP], ids=["killed", "frozen"])
+def test_one_process_killed_or_frozen_ends_the_whole_run_soon_with_a_message(tmp_path, signum):
+    """SIGKILL closes the process's connections: the other process learns at once. SIGSTOP keeps them open (as a lost
+    machine would): the other waits train.collective_timeout_s, then stops."""
+    run_dir = tmp_path / "run"
+    process = start(f"output_dir={run_dir}", *TINY, "train.steps=100000", "train.log_every=5",
+                    "train.checkpoint_every=10", "train.collective_timeout_s=5", processes=2)
+    try:
+        wait_for_log(run_dir / "log.txt", r"saved checkpoint .*step_00000010", process)
+        os.kill(training_process(process, rank=1), signum)
+        begun = time.monotonic()
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # none left: the run ended as it should
+            os.killpg(process.pid, signal.SIGKILL)  # a stopped process ignores everything else
+    # The launcher gives a stopped process 30 s after SIGTERM before it kills it.
+    assert process.returncode != 0 and time.monotonic() - begun < 60
+    assert "error: a collective between this run's processes failed" in stderr, stderr[-3000:]
+    assert "[rank0]: Traceback" not in stderr  # the launcher's own report of the failed process stays
+    checkpoints = list_checkpoints(run_dir)
+    assert checkpoints and all(checkpoint_damage(path) is None for path in checkpoints)

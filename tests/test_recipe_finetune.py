@@ -133,3 +133,14 @@ def test_weights_that_do_not_fit_stop_the_run_before_it_writes_anything(mpp_run,
     assert "do not fit the model" in result.stderr
     assert "patch_embed.proj.weight: (32, 3, 4, 4) in init, (32, 3, 8, 8) in the model" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_an_init_file_that_holds_no_weights_is_refused_in_one_line(folders, tmp_path):
+    not_weights = tmp_path / "encoder.safetensors"
+    not_weights.write_text("these are not weights")
+    result = launch(f"output_dir={tmp_path / 'run'}", f"init={not_weights}", *TINY, *folders, script=FINETUNE,
+                    check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: init={not_weights}: cannot read {not_weights} as weights") and "header" in last
+    assert not (tmp_path / "run").exists()

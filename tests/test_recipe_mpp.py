@@ -77,6 +77,22 @@ def test_resuming_from_a_checkpoint_gives_the_uninterrupted_result(run, tmp_path
     assert all(torch.equal(straight[key], resumed[key]) for key in straight)  # data, corruption, lr, Adam: all resumed
 
 
+def test_a_damaged_newest_checkpoint_is_passed_over_for_the_newest_intact_one(run, tmp_path):
+    damaged = tmp_path / "damaged"
+    shutil.copytree(run, damaged)  # as if the run had died while its step-6 checkpoint's weights were being copied
+    with open(damaged / "checkpoints" / "step_00000006" / "model.safetensors", "r+b") as weights:
+        weights.truncate(1000)
+    for later in ("export", "metrics.json"):
+        shutil.rmtree(damaged / later) if (damaged / later).is_dir() else (damaged / later).unlink()
+
+    result = launch(f"output_dir={damaged}", *TINY, "--resume")
+    assert "step_00000006 is damaged (model.safetensors holds 1000 bytes" in result.stderr
+    assert "resumed from" in result.stderr and "at step 3" in result.stderr  # steps 4-6 lost, not the run
+    straight = load_file(run / "checkpoints" / "step_00000006" / "model.safetensors")
+    resumed = load_file(damaged / "checkpoints" / "step_00000006" / "model.safetensors")
+    assert all(torch.equal(straight[key], resumed[key]) for key in straight)
+
+
 def test_a_compiled_run_checkpoints_the_eager_model_and_resumes_exactly(run, tmp_path):
     compiled = tmp_path / "compiled"
     result = launch(f"output_dir={compiled}", *TINY, "train.compile=true")
@@ -104,3 +120,13 @@ def test_an_unknown_key_is_refused_with_the_valid_keys(tmp_path):
     assert result.returncode != 0
     assert "unknown config key 'mpp.corruption'" in result.stderr and "mpp.corruption_rate" in result.stderr
     assert "valid keys:" in result.stderr and not (tmp_path / "run").exists()
+
+
+def test_an_output_dir_that_is_a_file_is_refused_in_one_line(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    result = launch(f"output_dir={notes}", *TINY, check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: output_dir={notes}: {notes} is a file, not a directory; choose another output_dir")
+    assert notes.read_text() == "mine"

@@ -4,6 +4,8 @@
   for supervised, MPP and vit-pytorch's MPP, timed in turn.
 - ``python -m mpp.benchmark.loading`` (``loading.py``): images/s of every data source at several worker counts,
   next to the training step.
+- ``python -m mpp.benchmark.checkpoint`` (``checkpoint.py``): saving, verifying and loading a checkpoint of the
+  ViT-B/16 preset's size (synthetic state), from the page cache and (``--cold``) from the disk.
 
 Run them from the repository root: their default preset is ``recipes/configs/mpp_tiny_cpu.yaml``.
 """

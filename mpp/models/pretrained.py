@@ -57,7 +57,7 @@ def read_pretrained(init: str) -> PretrainedEncoder:
         raise ConfigError(f"init={init} does not exist; pass a run directory, its {EXPORT_DIR}/ folder, "
                           "local-dir:<timm folder> or a checkpoint file")
     if path.is_file():
-        state = load_state_dict(str(path))
+        state = read_weights(path, init)
         if any(name.startswith("encoder.") for name in state):  # a checkpoint of this package's model
             state = {name.removeprefix("encoder."): value for name, value in state.items()
                      if name.startswith("encoder.")}
@@ -71,11 +71,29 @@ def read_pretrained(init: str) -> PretrainedEncoder:
             + ("; the run has not finished: resume it, or pass init=<its checkpoint>/model.safetensors"
                if unfinished else "")
         )
-    config = json.loads((folder / "config.json").read_text())
+    try:
+        config = json.loads((folder / "config.json").read_text())
+        architecture = config["architecture"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise ConfigError(f"init={init}: {folder / 'config.json'} is not a timm model config ({error}); "
+                          "re-export the encoder, or pass its weights file") from error
     pretrained_cfg = config.get("pretrained_cfg", {})
     mean, std = pretrained_cfg.get("mean"), pretrained_cfg.get("std")
-    return PretrainedEncoder(load_state_dict(str(weights[0])), str(folder), config["architecture"],
-                             config.get("model_args", {}), tuple(mean) if mean else None, tuple(std) if std else None)
+    return PretrainedEncoder(read_weights(weights[0], init), str(folder), architecture, config.get("model_args", {}),
+                             tuple(mean) if mean else None, tuple(std) if std else None)
+
+
+def read_weights(path: Path, init: str) -> dict[str, torch.Tensor]:
+    """A weights file as timm reads one (safetensors, or a torch file with the weights or a training checkpoint's
+    ``state_dict``); a file neither format can read is refused by name."""
+    try:
+        return load_state_dict(str(path))
+    except Exception as error:  # each format has its own errors for a file that is not one: safetensors', pickle's
+        reason = (str(error).splitlines() or [type(error).__name__])[0].split(". ")[0]
+        raise ConfigError(
+            f"init={init}: cannot read {path} as weights, a safetensors file or a torch checkpoint of tensors "
+            f"({reason}); pass a run directory, its {EXPORT_DIR}/ folder, local-dir:<timm folder> or a checkpoint file"
+        ) from error
 
 
 def fine_tuning_model_config(cfg: ModelConfig, pretrained: Optional[PretrainedEncoder]) -> ModelConfig:

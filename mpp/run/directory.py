@@ -40,6 +40,10 @@ def runs_parent(output_dir: str) -> Path:
 def resolve_output_dir(output_dir: str, prefix: str) -> Path:
     """``output_dir``, or ``runs/<prefix>-<date>-<time>`` named by the main process for every process."""
     if output_dir:
+        existing = next((path for path in (Path(output_dir), *Path(output_dir).parents) if path.exists()), None)
+        if existing is not None and not existing.is_dir():
+            raise RunDirectoryError(f"output_dir={output_dir}: {existing} is a file, not a directory; choose "
+                                    "another output_dir")
         return Path(output_dir)
     name = [f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"]
     broadcast_object_list(name)  # processes may start a second apart: all take the main process's name
@@ -60,7 +64,11 @@ def claim_output_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
     if state.is_main_process:
         if holds_run and overwrite and not resume:
             shutil.rmtree(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise RunDirectoryError(f"cannot create output_dir {run_dir}: {error.strerror}; choose another "
+                                    "output_dir") from error
     state.wait_for_everyone()
 
 

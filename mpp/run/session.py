@@ -13,23 +13,33 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import torch
 from accelerate import Accelerator, PartialState
-from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, set_seed
+from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, parse_flag_from_env, set_seed
 
-from mpp.config import RuntimeConfig, save_config
+from mpp.config import RunError, RuntimeConfig, save_config
 from mpp.run.directory import CONFIG_FILE, LOG_FILE, claim_output_dir, resolve_output_dir, runs_parent, write_metrics
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 logger = logging.getLogger(__name__)
 
 
+class ProcessLost(RunError):
+    """A collective between the run's processes failed: another process ended or stopped answering."""
+
+
 def create_accelerator(runtime: RuntimeConfig, seed: int, output_dir: str) -> Accelerator:
     """The one Accelerator of a run: mixed precision, optionally torch.compile (applied by ``prepare``), seeded data
     order, TensorBoard in the run directory."""
+    # The process group first, so that a collective waits at most runtime.collective_timeout_s. Made as accelerate's
+    # PartialState documents it: its InitProcessGroupKwargs drops a timeout equal to its own default of 600 s.
+    PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"),
+                 timeout=timedelta(seconds=runtime.collective_timeout_s))
     return Accelerator(
         mixed_precision=runtime.mixed_precision,
         dynamo_backend="inductor" if runtime.compile else None,
@@ -69,6 +79,12 @@ def log_to_file(run_dir: Path) -> None:
         logging.getLogger().addHandler(handler)
 
 
+def is_collective_failure(error: BaseException) -> bool:
+    """torch.distributed's errors, and gloo's (a plain RuntimeError naming gloo: a peer's connection closed or
+    reset, a timed-out wait)."""
+    return isinstance(error, torch.distributed.DistError) or (isinstance(error, RuntimeError) and "gloo" in str(error))
+
+
 class Session:
     """One run of an entry point. Made first: the Accelerator (``runtime``: precision, compilation, threads), console
     logging, the run directory's name (``runs/<prefix>-<date>-<time>`` unless ``config.output_dir`` says), every
@@ -77,6 +93,7 @@ class Session:
 
     def __init__(self, config: Any, runtime: RuntimeConfig, prefix: str) -> None:
         self.config = config
+        self.runtime = runtime
         self.accelerator = create_accelerator(runtime, config.seed, config.output_dir)
         configure_logging()
         self.run_dir = resolve_output_dir(config.output_dir, prefix)
@@ -87,8 +104,19 @@ class Session:
         return self
 
     def __exit__(self, error_type: Any, error: Any, traceback: Any) -> None:
-        if error_type is not None:
-            self.accelerator.end_training()  # TensorBoard flushed; what was written stays
+        if error_type is None:
+            return
+        lost = self.accelerator.num_processes > 1 and is_collective_failure(error)
+        if lost:  # the launcher's SIGTERM to the survivors follows: this process ends itself, saying why
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        self.accelerator.end_training()  # TensorBoard flushed; what was written stays
+        if lost:
+            raise ProcessLost(
+                "a collective between this run's processes failed: another process ended (killed, out of memory, its "
+                f"machine lost) or did not answer within collective_timeout_s={self.runtime.collective_timeout_s} s, "
+                "so every process stops. The launcher's report names the process that failed first; continue from "
+                f"the last checkpoint with --resume ({str(error).splitlines()[0]})"
+            ) from error
 
     def start(self) -> None:
         """Claim the run directory (never silently overwritten), write its config, open its log file and TensorBoard.

@@ -5,26 +5,47 @@
 ``averaged_model.safetensors``. A checkpoint is written under a temporary name and
 renamed into place, so a run killed while saving never leaves a broken latest checkpoint. (The encoder a finished
 run exports for use elsewhere is written by ``mpp.models.pretrained.export_encoder``.)
+
+A checkpoint verifies itself: ``trainer_state.json``, written last, records every other file's size and CRC-32
+(the check zip archives use against damage, read at several GB/s). ``resume=auto`` takes the newest checkpoint that
+still matches its record, warning about any newer damaged one (a truncated file, a dying disk, an interrupted copy);
+a checkpoint named explicitly is refused when damaged, naming the newest intact one. Before writing, the free space
+is checked against the size of the last checkpoint (or of the state to save); a write that fails for want of room
+leaves the earlier checkpoints as they were and says so.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
+import os
+import re
 import shutil
+import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
 import yaml
-from accelerate import Accelerator
+from accelerate import Accelerator, PartialState
+from accelerate.utils import broadcast_object_list
 from safetensors.torch import load_file, save_file
 from timm.utils import ModelEmaV3
 
-from mpp.config import ConfigError, TrainingRunConfig, config_to_dict, save_config
+from mpp.config import ConfigError, RunError, TrainingRunConfig, config_to_dict, save_config
 from mpp.run.directory import CHECKPOINTS_DIR, CONFIG_FILE, PARTIAL_SUFFIX
 
-STATE_FILE = "trainer_state.json"
+STATE_FILE = "trainer_state.json"  # the step and every other file's size and CRC-32; written last
 AVERAGED_FILE = "averaged_model.safetensors"
+READ_CHUNK = 16 * 2**20
+MIB = 2**20
+logger = logging.getLogger(__name__)
+
+
+class CheckpointError(RunError):
+    """A checkpoint cannot be written (no room) or is damaged."""
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:
@@ -32,17 +53,85 @@ def checkpoint_path(run_dir: Path, step: int) -> Path:
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
-    """Complete checkpoints of a run, oldest first."""
+    """Complete checkpoints of a run (renamed into place, whether or not since damaged), oldest first."""
     directory = run_dir / CHECKPOINTS_DIR
     if not directory.is_dir():
         return []
-    found = [path for path in directory.glob("step_*")
-             if not path.name.endswith(PARTIAL_SUFFIX) and (path / STATE_FILE).is_file()]
-    return sorted(found, key=lambda path: read_step(path))
+    found = [path for path in directory.glob("step_*") if re.fullmatch(r"step_\d+", path.name)
+             and (path / STATE_FILE).is_file()]  # a .partial one is still being written
+    return sorted(found, key=lambda path: int(path.name.removeprefix("step_")))
 
 
 def read_step(checkpoint: Path) -> int:
     return json.loads((checkpoint / STATE_FILE).read_text())["step"]
+
+
+def file_crc32(path: Path) -> int:
+    crc = 0
+    with open(path, "rb") as file:
+        while chunk := file.read(READ_CHUNK):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+def files_crc32(paths: list[Path]) -> list[int]:
+    """The files' CRC-32s, several files at once (zlib releases the GIL): the model's and the optimizer's files
+    are read side by side."""
+    with ThreadPoolExecutor(max_workers=max(1, min(len(paths), os.cpu_count() or 1))) as pool:
+        return list(pool.map(file_crc32, paths))
+
+
+def record_files(checkpoint: Path) -> dict[str, dict[str, int]]:
+    """Each file of ``checkpoint`` but the state file, by its path inside: its size in bytes and CRC-32."""
+    paths = [path for path in sorted(checkpoint.rglob("*")) if path.is_file() and path.name != STATE_FILE]
+    return {path.relative_to(checkpoint).as_posix(): {"bytes": path.stat().st_size, "crc32": crc}
+            for path, crc in zip(paths, files_crc32(paths))}
+
+
+def checkpoint_damage(checkpoint: Path) -> Optional[str]:
+    """What no longer matches ``checkpoint``'s record of its files, or None when it is intact. (A checkpoint
+    written before checkpoints recorded their files has nothing to check against.)"""
+    try:
+        recorded = json.loads((checkpoint / STATE_FILE).read_text())
+        recorded["step"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{STATE_FILE} cannot be read"
+    files = recorded.get("files", {})
+    for name, expected in files.items():  # the sizes first: they cost nothing
+        path = checkpoint / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != expected["bytes"]:
+            return f"{name} holds {path.stat().st_size} bytes, {expected['bytes']} when saved"
+    for (name, expected), crc in zip(files.items(), files_crc32([checkpoint / name for name in files])):
+        if crc != expected["crc32"]:
+            return f"{name} does not match the checksum recorded when saved"
+    return None
+
+
+def checkpoint_bytes(checkpoint: Path) -> int:
+    return sum(path.stat().st_size for path in checkpoint.rglob("*") if path.is_file())
+
+
+def state_bytes(accelerator: Accelerator, averaged: Optional[ModelEmaV3]) -> int:
+    """The tensors ``save_state`` writes (models, optimizers) and the averaged weights: a lower bound of a
+    checkpoint's size, for the first one of a run."""
+    tensors = [t for model in accelerator._models for t in model.state_dict().values()]
+    tensors += [t for optimizer in accelerator._optimizers for state in optimizer.state.values()
+                for t in state.values() if isinstance(t, torch.Tensor)]
+    tensors += list(averaged.module.state_dict().values()) if averaged is not None else []
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def no_room_error(directory: Path, name: str, needed: int, earlier: list[Path]) -> CheckpointError:
+    free = shutil.disk_usage(directory).free
+    kept = f"the earlier checkpoints are kept ({', '.join(path.name for path in earlier)})" if earlier else \
+        "no earlier checkpoint was touched"
+    return CheckpointError(
+        f"no room for checkpoint {name} in {directory}: {free / MIB:.1f} MiB free, a checkpoint needs about "
+        f"{needed / MIB:.1f} MiB; free some space on that disk and continue with --resume (it needs only the "
+        f"newest checkpoint); {kept}"
+    )
 
 
 def save_checkpoint(
@@ -52,17 +141,35 @@ def save_checkpoint(
     ``keep`` newest. Every process calls."""
     final = checkpoint_path(run_dir, step)
     partial = final.with_name(final.name + PARTIAL_SUFFIX)
+    earlier = list_checkpoints(run_dir)
+    needed = checkpoint_bytes(earlier[-1]) if earlier else state_bytes(accelerator, averaged)
     if accelerator.is_main_process:
+        final.parent.mkdir(parents=True, exist_ok=True)
         for leftover in final.parent.glob(f"*{PARTIAL_SUFFIX}"):  # left by a run killed while saving
             shutil.rmtree(leftover)
+        if shutil.disk_usage(final.parent).free < needed:
+            raise no_room_error(final.parent, final.name, needed, earlier)
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(partial))
+    try:
+        accelerator.save_state(str(partial))
+        accelerator.wait_for_everyone()  # every process's random state is in before the files are recorded
+        if accelerator.is_main_process:
+            save_config(config, partial / CONFIG_FILE)
+            if averaged is not None:
+                save_file({name: value.detach().cpu().contiguous()
+                           for name, value in averaged.module.state_dict().items()}, partial / AVERAGED_FILE)
+            (partial / STATE_FILE).write_text(json.dumps({"step": step, "files": record_files(partial)}))
+    except Exception as error:  # a partial checkpoint is never used; torch and safetensors report a full disk in
+        # their own exception types (RuntimeError, SafetensorError), some without an errno
+        written = checkpoint_bytes(partial) if partial.is_dir() else 0
+        no_room = getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or \
+            shutil.disk_usage(final.parent).free < needed - written  # the rest cannot fit (others took the room)
+        if accelerator.is_main_process:
+            shutil.rmtree(partial, ignore_errors=True)
+        if no_room:
+            raise no_room_error(final.parent, final.name, max(needed, written), earlier) from error
+        raise
     if accelerator.is_main_process:
-        (partial / STATE_FILE).write_text(json.dumps({"step": step}))
-        save_config(config, partial / CONFIG_FILE)
-        if averaged is not None:
-            save_file({name: value.detach().cpu().contiguous() for name, value in averaged.module.state_dict().items()},
-                      partial / AVERAGED_FILE)
         if final.exists():  # the same step saved by an earlier, resumed attempt
             shutil.rmtree(final)
         partial.rename(final)
@@ -72,19 +179,57 @@ def save_checkpoint(
     return final
 
 
+def newest_intact_checkpoint(run_dir: Path) -> Optional[Path]:
+    """The newest of a run's checkpoints that matches its record; a warning names each newer one found damaged."""
+    for checkpoint in reversed(list_checkpoints(run_dir)):
+        damage = checkpoint_damage(checkpoint)
+        if damage is None:
+            return checkpoint
+        logger.warning("checkpoint %s is damaged (%s); looking at the one before it: the steps since are lost",
+                       checkpoint, damage)
+    return None
+
+
 def resume_checkpoint(resume: str, run_dir: Path) -> Optional[Path]:
-    """The checkpoint ``resume`` names: none for "", the run's latest (if any) for "auto", else that path."""
+    """The checkpoint ``resume`` names: none for "", the run's newest intact one (if any) for "auto", else that
+    path, if intact. The main process reads the files; every process resumes from its choice."""
     if not resume:
         return None
+    # sent as plain strings: XLA's broadcast unpickles with torch.load(weights_only=True), which refuses paths and
+    # exceptions; [path or "", error class name or "", error message]
+    choice: list[str] = ["", "", ""]
+    if PartialState().is_main_process:
+        try:
+            checkpoint = find_resume_checkpoint(resume, run_dir)
+            choice = [str(checkpoint or ""), "", ""]
+        except (CheckpointError, ConfigError) as error:
+            choice = ["", type(error).__name__, str(error)]
+    broadcast_object_list(choice)
+    path, error_kind, message = choice
+    if error_kind:
+        raise {"CheckpointError": CheckpointError, "ConfigError": ConfigError}[error_kind](message)
+    return Path(path) if path else None
+
+
+def find_resume_checkpoint(resume: str, run_dir: Path) -> Optional[Path]:
     if resume == "auto":
-        checkpoints = list_checkpoints(run_dir)
-        return checkpoints[-1] if checkpoints else None
+        checkpoint = newest_intact_checkpoint(run_dir)
+        if checkpoint is None and list_checkpoints(run_dir):
+            raise CheckpointError(f"every checkpoint in {run_dir / CHECKPOINTS_DIR} is damaged (see the warnings "
+                                  "above); start again with overwrite=true")
+        return checkpoint
     path = Path(resume)
     if not (path / STATE_FILE).is_file():
         raise ConfigError(
             f"resume={resume} is not a checkpoint (no {STATE_FILE} inside); "
             f"pass resume=auto or a directory under <output_dir>/{CHECKPOINTS_DIR}/"
         )
+    damage = checkpoint_damage(path)
+    if damage is not None:
+        intact = newest_intact_checkpoint(path.parent.parent)  # <run>/checkpoints/step_N
+        raise CheckpointError(f"resume={resume} is damaged ({damage}); "
+                              + (f"the newest intact checkpoint of its run is {intact}: pass resume={intact}"
+                                 if intact else "its run has no intact checkpoint; start again with overwrite=true"))
     return path
 
 
