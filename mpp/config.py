@@ -120,6 +120,8 @@ class DataConfig:
     num_workers: Optional[int] = None
     pin_memory: Optional[bool] = None  # null: on when training on a GPU
     prefetch_factor: int = 2  # batches each worker loads ahead
+    # Where files are decoded: "cpu" (PIL, in the loader's workers) or "gpu" (nvJPEG, batched, in the main process)
+    decode: Literal["cpu", "gpu"] = "cpu"
     # Normalisation applied to the encoder's input; recorded in the exported encoder's pretrained_cfg.
     mean: tuple[float, ...] = (0.5, 0.5, 0.5)
     std: tuple[float, ...] = (0.5, 0.5, 0.5)
@@ -138,6 +140,9 @@ class DataConfig:
             raise ConfigError(f"data.eval_crop_fraction={self.eval_crop_fraction} must lie in (0, 1]")
         if self.num_workers is not None and self.num_workers < 0:
             raise ConfigError(f"data.num_workers={self.num_workers} must be at least 0 (or null: automatic)")
+        if self.decode == "gpu" and self.num_workers:
+            raise ConfigError(f"data.decode=gpu decodes in the main process (CUDA cannot start in a loader worker); "
+                              f"drop data.num_workers={self.num_workers}")
 
 
 @dataclass

@@ -23,7 +23,12 @@ def folder_with_broken_files(root: Path, good: int, broken: int) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         if i < good:
             Image.new("RGB", (6, 5), (i, 0, 0)).save(folder / f"{i:03d}.png")
-        else:
+        elif i % 2:  # its header readable, its pixels cut short: fails when the view decodes it
+            photo = np.random.default_rng(i).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+            Image.fromarray(photo).save(folder / f"{i:03d}.jpg", quality=90)
+            data = (folder / f"{i:03d}.jpg").read_bytes()
+            (folder / f"{i:03d}.jpg").write_bytes(data[:len(data) * 2 // 3])
+        else:  # not even a header
             (folder / f"{i:03d}.jpg").write_bytes(b"\xff\xd8\xff\xe0 cut short")
     return root
 

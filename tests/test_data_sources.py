@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 
 from mpp.config import DataConfig
-from mpp.data.image_source import UndecodableImage, decode_image
+from mpp.data.image_source import UndecodableImage, decode, open_image
 from mpp.data.loading import build_dataset
 from mpp.data.sources import DataError, open_source
 
@@ -93,7 +93,7 @@ def test_folder_reads_classes_from_sub_folders_with_a_separate_validation_folder
     train, val = open_source(cfg, "train", 16), open_source(cfg, "test", 16)
     assert train.class_names == ("cat", "dog") and train.labels.tolist() == [0, 0, 0, 1, 1]
     assert val.labels.tolist() == [1, 1]
-    assert train.read(1).size == (14, 20) and train.read(1).mode == "RGB"
+    assert train.open(1).size == (14, 20) and decode(train.open(1), train.mode).mode == "RGB"
     images, labels = build_dataset(cfg, "test", 8, channels=3, augment=False).__getitems__([0, 1])
     assert images.shape == (2, 3, 8, 8) and labels.tolist() == [1, 1]
 
@@ -119,14 +119,14 @@ def test_unknown_sources_list_the_valid_ones():
         DataConfig(source="folder")
 
 
-def test_decode_image_converts_grey_and_rgba_and_rejects_broken_bytes(tmp_path):
+def test_decode_converts_grey_and_rgba_and_rejects_broken_bytes(tmp_path):
     Image.new("LA", (5, 3), (200, 10)).save(tmp_path / "grey.png")
     Image.new("RGBA", (5, 3), (1, 2, 3, 4)).save(tmp_path / "rgba.png")
-    assert np.asarray(decode_image(tmp_path / "grey.png")).tolist() == [[[200] * 3] * 5] * 3
-    assert np.asarray(decode_image(tmp_path / "rgba.png")).shape == (3, 5, 3)
-    assert decode_image((tmp_path / "rgba.png").read_bytes(), channels=1).mode == "L"
+    assert np.asarray(decode(open_image(tmp_path / "grey.png"), "RGB")).tolist() == [[[200] * 3] * 5] * 3
+    assert np.asarray(decode(open_image(tmp_path / "rgba.png"), "RGB")).shape == (3, 5, 3)
+    assert decode(open_image((tmp_path / "rgba.png").read_bytes()), "L").mode == "L"
     with pytest.raises(UndecodableImage):
-        decode_image(b"\xff\xd8\xff\xe0 truncated jpeg")
+        open_image(b"\xff\xd8\xff\xe0 truncated jpeg")
 
 
 def test_every_source_kind_the_config_accepts_has_a_reader():

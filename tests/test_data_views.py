@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 import torch
 from PIL import Image
 
 from mpp.config import DataConfig
+from mpp.data.image_dataset import ImageDataset
+from mpp.data.image_source import decode, decode_for_crop, open_image
 from mpp.data.loading import build_dataset
 from mpp.data.sources import DataError
 from mpp.data.subsets import holdout_split, shots_per_class
-from mpp.data.transforms import ImageView, match_channels, random_crop_boxes, resized_crops
+from mpp.data.transforms import ImageView, image_sizes, match_channels, random_crop_boxes, resized_crops
 
 
 def test_random_crops_stay_inside_with_the_asked_area_and_aspect():
@@ -95,3 +99,61 @@ def test_decoded_files_and_tensors_get_the_same_view():
         from_file = view.of_pil_images([image], torch.Generator().manual_seed(1))
         assert from_file.shape == from_tensor.shape == (1, 3, 16, 16)
         assert (from_file - from_tensor).abs().max() < 0.02
+
+
+def photo_like_jpeg(width: int, height: int, seed: int) -> bytes:
+    """Smooth shading with a little grain, as photos have (noise alone would defeat JPEG's downscaled decoding)."""
+    generator = torch.Generator().manual_seed(seed)
+    coarse = torch.rand(1, 3, 6, 8, generator=generator)
+    shading = torch.nn.functional.interpolate(coarse, size=(height, width), mode="bicubic", align_corners=False)
+    grain = 0.03 * torch.randn(1, 3, height, width, generator=generator)
+    pixels = ((shading + grain).clamp(0, 1)[0] * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
+    encoded = io.BytesIO()
+    Image.fromarray(pixels).save(encoded, format="JPEG", quality=90)
+    return encoded.getvalue()
+
+
+def test_jpegs_decode_only_what_their_crop_needs_with_the_boxes_and_sizes_of_a_whole_decode():
+    files = [photo_like_jpeg(480 - 40 * i, 360 + 20 * i, seed=i) for i in range(4)]
+    for augment in (True, False):
+        view = ImageView(32, augment=augment)
+        opened, whole = [open_image(f) for f in files], [decode(open_image(f), "RGB") for f in files]
+        # the boxes are drawn from the header's sizes exactly as from the decoded images'
+        assert all(a.size == b.size for a, b in zip(opened, whole))
+        assert torch.equal(view.draw(*image_sizes(opened), torch.Generator().manual_seed(3))[0],
+                           view.draw(*image_sizes(whole), torch.Generator().manual_seed(3))[0])
+        fast = view.of_pil_images(opened, torch.Generator().manual_seed(3))
+        slow = view.of_pil_images(whole, torch.Generator().manual_seed(3))
+        assert fast.shape == slow.shape == (4, 3, 32, 32)
+        assert (fast - slow).abs().mean() < 0.01 and (fast - slow).abs().max() < 0.1
+    # a 240x180 crop of a 480x360 JPEG, resized to 32: decoded at 1/4 scale, its box in the reduced pixels
+    decoded, box = decode_for_crop(open_image(files[0]), [100.0, 40.0, 340.0, 220.0], 32, "RGB")
+    assert decoded.size == (120, 90) and box == [25.0, 10.0, 85.0, 55.0]
+    # a crop smaller than twice the output size: decoded whole
+    decoded, box = decode_for_crop(open_image(files[0]), [100.0, 40.0, 150.0, 90.0], 32, "RGB")
+    assert decoded.size == (480, 360) and box == [100.0, 40.0, 150.0, 90.0]
+
+
+def test_batched_tensor_decoding_gives_the_views_of_pil_decoding_and_falls_back_on_a_broken_file(tmp_path):
+    # data.decode=gpu's path, run here on the CPU (torchvision's decode_jpeg takes the device as an argument)
+    for i in range(6):
+        path = tmp_path / f"class_{i % 2}" / f"{i}.jpg"
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(photo_like_jpeg(200 + 10 * i, 150, seed=i))
+    cfg = DataConfig(source=f"folder:{tmp_path}", max_bad_fraction=0.5)
+    pil = build_dataset(cfg, "train", 32, channels=3, augment=True, seed=1)
+    tensor = ImageDataset(pil.source, pil.view, 3, pil.indices, seed=1, max_bad_fraction=0.5, decode_device="cpu")
+    (pil_images, pil_labels), (images, labels) = pil.__getitems__([0, 3, 5]), tensor.__getitems__([0, 3, 5])
+    assert images.shape == pil_images.shape == (3, 3, 32, 32) and torch.equal(labels, pil_labels)
+    assert (images - pil_images).abs().mean() < 0.02  # decoders and resamplers differ slightly; boxes are the same
+    (tmp_path / "class_1" / "3.jpg").write_bytes(photo_like_jpeg(200, 150, seed=3)[:2000])  # cut short
+    images, labels = tensor.__getitems__([0, 4, 5])  # position 4: class_1/3.jpg, replaced by the next image
+    assert images.shape == (3, 3, 32, 32) and labels.tolist() == [0, 1, 1] and tensor.skipped_count() == 1
+    assert tensor.undecodable_files() == [str(tmp_path / "class_1" / "3.jpg")]
+
+
+def test_gpu_decoding_without_a_gpu_is_refused_with_the_fix():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(DataError, match=r"data.decode=gpu .* no.*use data.decode=cpu"):
+        build_dataset(DataConfig(source="folder:/nowhere", decode="gpu"), "train", 32, channels=3, augment=True)

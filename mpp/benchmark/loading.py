@@ -2,10 +2,22 @@
 counts, next to the training step's images per second for the same preset.
 
     python -m mpp.benchmark.loading [--config recipes/configs/<preset>.yaml] [--workers 0 1 2 4] [--json FILE]
+                                    [--imagenet-images 256] [--rounds 3] [--only-imagenet]
 
 Sources whose data this machine lacks are written first to a temporary folder in their real format, from the
 embedded shapes: CIFAR pickles (raw pixels), a folder of JPEG files, and the same JPEGs as a Hugging Face dataset
 (saved to disk, as parquet, and streamed). Fashion-MNIST is read from the Debian package when it is installed.
+
+Then ImageNet-like files: JPEGs with ImageNet's statistics (the longer side 400-500 pixels, ImageNet's common aspect
+ratios, quality 90, photo-like content of about 110 KB), read through the pre-training view at 224 pixels by each
+path, in interleaved rounds (the medians are reported):
+- ``baseline``: the file path as it was: each file decoded whole, cut and resized, the batch mirrored as floats;
+- ``library``: the package's file path: each JPEG decoded at the coarsest scale its crop allows, mirrored by PIL,
+  converted to float once;
+- ``prepared``: the files written once by ``python -m mpp.data.prepare`` (shorter side 256), read as ``hf:<dir>``;
+- ``gpu-decode``: ``data.decode=gpu`` (nvJPEG), where CUDA is available.
+Images per second per core divides by the cores the loading occupies (one in the main process, else the workers,
+at most the machine's). ``--json FILE`` writes every row: source, path, workers, images per second (and per core).
 """
 
 from __future__ import annotations
@@ -15,25 +27,34 @@ import dataclasses
 import io
 import itertools
 import json
+import os
 import pickle
+import statistics
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
 from mpp.benchmark.training_step import DEFAULT_PRESET, measure
 from mpp.config import DataConfig, MPPRunConfig, build_config
 from mpp.data.fashion_mnist import DEFAULT_DIR as FASHION_MNIST_DIR
+from mpp.data.image_dataset import ImageDataset
+from mpp.data.image_source import decode
 from mpp.data.loading import build_dataset, build_loader
+from mpp.data.prepare import Settings, prepare
 from mpp.data.shapes import ShapesSource
+from mpp.data.transforms import image_sizes, mirrored
 from mpp.models.encoder import create_encoder
 
 FILE_IMAGES = 2048  # images written for the file-based sources
 FILE_IMAGE_SIZE = 128  # their side in pixels: decoding costs more than for 32x32 arrays, as with real photos
+IMAGENET_ASPECTS = (4 / 3, 4 / 3, 4 / 3, 3 / 4, 3 / 2, 2 / 3, 1.0, 5 / 4, 16 / 9)  # width / height, as ImageNet's
+IMAGENET_VIEW, IMAGENET_BATCH = 224, 64
 
 
 def shapes_uint8(count: int, size: int) -> torch.Tensor:
@@ -94,6 +115,64 @@ def write_sources(root: Path) -> dict[str, DataConfig]:
     return sources
 
 
+def imagenet_like_jpeg(generator: torch.Generator) -> bytes:
+    """A photo-like JPEG with ImageNet's size statistics: the longer side 400-500 pixels, one of ImageNet's common
+    aspect ratios, detail at every scale (octaves of smooth noise, as natural images' falling spectrum), quality 90."""
+    aspect = IMAGENET_ASPECTS[int(torch.randint(len(IMAGENET_ASPECTS), (), generator=generator))]
+    longer = int(torch.randint(400, 501, (), generator=generator))
+    width, height = (longer, round(longer / aspect)) if aspect >= 1 else (round(longer * aspect), longer)
+    pixels = torch.zeros(1, 3, height, width)
+    for octave in range(8):  # 4x3 cells up to 512x384: each octave finer and a little fainter
+        cells = torch.rand(1, 3, 3 * 2**octave, 4 * 2**octave, generator=generator) - 0.5
+        pixels += 0.9**octave * torch.nn.functional.interpolate(cells, size=(height, width), mode="bilinear")
+    pixels = (0.5 + 0.28 * pixels / pixels.std()).clamp(0, 1)  # a photo's contrast, about 110 KB at quality 90
+    encoded = io.BytesIO()
+    Image.fromarray((pixels[0] * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()).save(encoded, format="JPEG",
+                                                                                               quality=90)
+    return encoded.getvalue()
+
+
+class BaselineFileDataset(ImageDataset):
+    """The file path as it was before draft decoding (the ``baseline`` row): each file decoded whole, each view cut
+    and resized by PIL, then stacked, converted to float and mirrored as a float batch."""
+
+    def views_of_files(self, positions: list[int], generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        opened = [self.open(position) for position in positions]
+        images = [decode(image, self.source.mode) for _, _, image in opened]
+        boxes, flips = self.view.draw(*image_sizes(images), generator)
+        size = (self.view.size, self.view.size)
+        views = [image.resize(size, Image.Resampling.BILINEAR, box=box) for image, box in zip(images, boxes.tolist())]
+        pixels = torch.from_numpy(np.stack([np.asarray(view) for view in views])).view(len(views), *size, -1)
+        labels = torch.tensor([int(self.source.labels[index]) for _, index, _ in opened])
+        return mirrored(pixels.permute(0, 3, 1, 2).float() / 255, flips), labels
+
+
+def imagenet_like_paths(root: Path, count: int) -> dict[str, tuple[Dataset, DataConfig]]:
+    """Each path's dataset (224-pixel pre-training views) over the same ImageNet-like files, written under root."""
+    generator = torch.Generator().manual_seed(0)
+    sizes = []
+    for i in range(count):
+        data = imagenet_like_jpeg(generator)
+        sizes.append(len(data))
+        path = root / "imagenet-like" / f"class_{i % 10}" / f"{i:05d}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    print(f"ImageNet-like files: {count} JPEGs, {statistics.mean(sizes) / 1000:.0f} KB on average")
+    folder = DataConfig(source=f"folder:{root / 'imagenet-like'}")
+    prepare(Settings(folder.source, (), 256, 90, 1000), root / "prepared", ["train"], workers=1)
+    prepared = DataConfig(source=f"hf:{root / 'prepared'}", hf_cache_dir=str(root / "hf-cache"))
+    library = build_dataset(folder, "train", IMAGENET_VIEW, channels=3, augment=True)
+    paths = {
+        "baseline": (BaselineFileDataset(library.source, library.view, 3), folder),
+        "library": (library, folder),
+        "prepared": (build_dataset(prepared, "train", IMAGENET_VIEW, channels=3, augment=True), prepared),
+    }
+    if torch.cuda.is_available():
+        gpu = dataclasses.replace(folder, decode="gpu")
+        paths["gpu-decode"] = (build_dataset(gpu, "train", IMAGENET_VIEW, channels=3, augment=True), gpu)
+    return paths
+
+
 def images_per_second(loader: DataLoader, batch_size: int, seconds: float) -> float:
     """Images per second over ``seconds`` of loading, epoch after epoch; the first batch (worker start-up) is not
     timed, each later epoch's start-up is."""
@@ -107,10 +186,20 @@ def images_per_second(loader: DataLoader, batch_size: int, seconds: float) -> fl
     return images / (time.perf_counter() - start)
 
 
-def loader_throughput(data: DataConfig, image_size: int, batch_size: int, workers: int, seconds: float) -> float:
-    cfg = dataclasses.replace(data, num_workers=workers)
-    dataset = build_dataset(cfg, "train", image_size, channels=3, augment=True)
-    return images_per_second(build_loader(dataset, batch_size, cfg, train=True), batch_size, seconds)
+def loader_throughput(dataset: Dataset, data: DataConfig, batch_size: int, workers: int, seconds: float) -> float:
+    cfg = dataclasses.replace(data, num_workers=None if data.decode == "gpu" else workers)
+    device_type = "cuda" if torch.cuda.is_available() else "cpu"  # the loader settings training would use
+    return images_per_second(build_loader(dataset, batch_size, cfg, train=True, device_type=device_type), batch_size,
+                             seconds)
+
+
+def cores_used(workers: int) -> int:
+    return min(max(1, workers), len(os.sched_getaffinity(0)))
+
+
+def row(source: str, path: str, workers: int, rate: float) -> dict:
+    return {"source": source, "path": path, "workers": workers, "images_per_second": round(rate, 1),
+            "images_per_second_per_core": round(rate / cores_used(workers), 1)}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -121,6 +210,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2, 4])
     parser.add_argument("--seconds", type=float, default=3.0, help="loading time measured per cell")
     parser.add_argument("--json", type=Path, help="also write the table here")
+    parser.add_argument("--imagenet-images", type=int, default=256, help="ImageNet-like JPEGs written (default 256)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds over the ImageNet-like paths")
+    parser.add_argument("--only-imagenet", action="store_true", help="skip the preset's sources")
     args = parser.parse_args(argv)
     # More workers than cores is part of what is measured here; torch's warning about it is noise.
     warnings.filterwarnings("ignore", message="This DataLoader will create")
@@ -129,22 +221,49 @@ def main(argv: list[str] | None = None) -> dict:
     encoder = create_encoder(run.model)
     image_size, batch = encoder.patch_embed.img_size[0], run.train.micro_batch_size or run.train.global_batch_size
     results: dict = {"preset": str(args.config), "image_size": image_size, "batch_size": batch,
-                     "cpu_threads": torch.get_num_threads(), "loading": {}}
-    print(f"loader benchmark: {args.config.name}, {image_size}x{image_size} views, batch {batch}, "
-          f"{torch.get_num_threads()} torch threads")
+                     "cpu_threads": torch.get_num_threads(), "cores": len(os.sched_getaffinity(0)), "rows": []}
     columns = [f"{w} worker{'s' * (w > 1)}" if w else "main process" for w in args.workers]
-    print("| source | " + " | ".join(columns) + " |")
-    print("|---|" + "---:|" * len(args.workers))
     with tempfile.TemporaryDirectory(prefix="mpp-loader-benchmark-") as root:
-        for name, data in write_sources(Path(root)).items():
-            rates = {workers: loader_throughput(data, image_size, batch, workers, args.seconds)
-                     for workers in args.workers}
-            results["loading"][name] = rates
-            print(f"| {name} | " + " | ".join(f"{rate:,.0f}" for rate in rates.values()) + " |", flush=True)
-    results["training_images_per_second"] = measure("mpp", str(args.config), batch, "fp32", steps=10, repeats=3,
-                                                    warmup=1, compile_model=False)["images_per_second"]
-    print(f"training step ({args.config.name}, MPP, batch {batch}): "
-          f"{results['training_images_per_second']:,.0f} images/s")
+        if not args.only_imagenet:
+            print(f"loader benchmark: {args.config.name}, {image_size}x{image_size} views, batch {batch}, "
+                  f"{torch.get_num_threads()} torch threads; images/s")
+            print("| source | " + " | ".join(columns) + " |")
+            print("|---|" + "---:|" * len(args.workers))
+            for name, data in write_sources(Path(root)).items():
+                rates = {}
+                for workers in args.workers:
+                    dataset = build_dataset(data, "train", image_size, channels=3, augment=True)
+                    rates[workers] = loader_throughput(dataset, data, batch, workers, args.seconds)
+                    results["rows"].append(row(name, "library", workers, rates[workers]))
+                print(f"| {name} | " + " | ".join(f"{rate:,.0f}" for rate in rates.values()) + " |", flush=True)
+            results["training_images_per_second"] = measure(
+                "mpp", str(args.config), batch, "fp32", steps=10, repeats=3, warmup=1, compile_model=False
+            )["images_per_second"]
+            print(f"training step ({args.config.name}, MPP, batch {batch}): "
+                  f"{results['training_images_per_second']:,.0f} images/s")
+
+        paths = imagenet_like_paths(Path(root), args.imagenet_images)
+        rates = {(path, workers): [] for path in paths for workers in args.workers}
+        for _ in range(args.rounds):  # interleaved: the machine's drift falls on every path alike
+            for (path, workers), measured in rates.items():
+                dataset, data = paths[path]
+                if data.decode == "gpu" and workers:
+                    continue
+                measured.append(loader_throughput(dataset, data, IMAGENET_BATCH, workers, args.seconds))
+        print(f"\nImageNet-like JPEGs, {IMAGENET_VIEW}x{IMAGENET_VIEW} pre-training views, batch {IMAGENET_BATCH}, "
+              f"median of {args.rounds} rounds; images/s (per core)")
+        print("| path | " + " | ".join(columns) + " |")
+        print("|---|" + "---:|" * len(args.workers))
+        for path in paths:
+            cells = []
+            for workers in args.workers:
+                if not rates[path, workers]:
+                    cells.append("")
+                    continue
+                rate = statistics.median(rates[path, workers])
+                results["rows"].append(row("imagenet-like", path, workers, rate))
+                cells.append(f"{rate:,.0f} ({rate / cores_used(workers):,.0f})")
+            print(f"| {path} | " + " | ".join(cells) + " |", flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return results

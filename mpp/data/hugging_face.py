@@ -18,7 +18,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from mpp.config import DataConfig, DataError, parse_source
 from mpp.data.image_dataset import Split, seeded_generator, too_many_failures
-from mpp.data.image_source import FileSource, UndecodableImage, decode_image
+from mpp.data.image_source import FileSource, UndecodableImage, open_image
 from mpp.data.transforms import ImageView, match_channels
 
 MAX_STREAM_WORKERS = 256  # rows of the shared failure counters of a stream (one per loader worker)
@@ -118,15 +118,19 @@ def undecoded(dataset: Any, image_column: str) -> Any:
     return dataset.cast_column(image_column, datasets.Image(decode=False))
 
 
-def decode_stored_image(stored: dict[str, Union[bytes, str, None]], channels: int) -> Image.Image:
-    """An undecoded Image value ({"bytes", "path"}), decoded."""
-    return decode_image(stored["bytes"] if stored["bytes"] is not None else stored["path"], channels)
+def open_stored_image(stored: dict[str, Union[bytes, str, None]]) -> Image.Image:
+    """An undecoded Image value ({"bytes", "path"}), opened."""
+    return open_image(stored["bytes"] if stored["bytes"] is not None else stored["path"])
+
+
+def stored_bytes(stored: dict[str, Union[bytes, str, None]]) -> bytes:
+    return stored["bytes"] if stored["bytes"] is not None else Path(stored["path"]).read_bytes()
 
 
 class HuggingFaceSource(FileSource):
     """A map-style split: labels read as one column, images decoded on demand."""
 
-    channels = 3
+    channels, mode = 3, "RGB"
 
     def __init__(self, name: str, cfg: DataConfig, split: str):
         dataset = load_split(name, cfg, split)
@@ -140,8 +144,11 @@ class HuggingFaceSource(FileSource):
         self.images_only = undecoded(dataset.select_columns([self.image_column]), self.image_column)
         self.description = f"hf:{name} {split} ({len(dataset)} images, {len(self.class_names)} classes)"
 
-    def read(self, index: int) -> Image.Image:
-        return decode_stored_image(self.images_only[index][self.image_column], self.channels)
+    def open(self, index: int) -> Image.Image:
+        return open_stored_image(self.images_only[index][self.image_column])
+
+    def encoded(self, index: int) -> bytes:
+        return stored_bytes(self.images_only[index][self.image_column])
 
     def name(self, index: int) -> str:
         return self.images_only[index][self.image_column]["path"] or f"row {index}"
@@ -212,7 +219,7 @@ class StreamingImageDataset(IterableDataset):
         for example in stream:
             counts[1] += 1
             try:
-                image = decode_stored_image(example[self.image_column], channels=3)
+                view = self.view.of_pil_images([open_stored_image(example[self.image_column])], generator)
             except UndecodableImage as error:
                 counts[0] += 1
                 failed, read = int(counts[0]), int(counts[1])
@@ -221,7 +228,7 @@ class StreamingImageDataset(IterableDataset):
                                             str(error)) from None
                 continue
             label = example[self.label_column] if self.label_column else -1
-            yield match_channels(self.view.of_pil_images([image], generator), self.channels)[0], label
+            yield match_channels(view, self.channels)[0], label
 
     def skipped_count(self) -> int:
         return int(self.counts[:, 0].sum())

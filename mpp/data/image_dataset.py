@@ -13,11 +13,13 @@ from typing import Any, Literal, Optional
 import torch
 from PIL import Image
 from torch.utils.data import Dataset
+from torchvision.io import ImageReadMode, decode_jpeg
 
 from mpp.config import DataError
 from mpp.data.image_source import BatchSource, FileSource, ImageSource, UndecodableImage
-from mpp.data.transforms import ImageView, match_channels
+from mpp.data.transforms import ImageView, image_sizes, match_channels, mirrored, resized_crops
 
+JPEG_END = b"\xff\xd9"  # a JPEG file's last marker (EOI)
 Split = Literal["train", "holdout", "test"]  # "holdout": data.holdout_fraction of the training split, seeded
 
 
@@ -49,8 +51,9 @@ class ImageDataset(Dataset):
         indices: Optional[torch.Tensor] = None,
         seed: int = 0,
         max_bad_fraction: float = 0.0,
+        decode_device: Optional[str] = None,
     ):
-        self.source, self.view, self.channels = source, view, channels
+        self.source, self.view, self.channels, self.decode_device = source, view, channels, decode_device
         self.indices = torch.arange(len(source)) if indices is None else indices
         if len(self.indices) == 0:
             raise DataError(f"{source.description}: the selection holds no images")
@@ -74,7 +77,7 @@ class ImageDataset(Dataset):
     def subset(self, positions: torch.Tensor, view: Optional[ImageView] = None) -> ImageDataset:
         """The images at ``positions`` of this dataset, through ``view`` (default: this dataset's)."""
         return ImageDataset(self.source, view or self.view, self.channels, self.indices[positions], self.seed,
-                            self.max_bad_fraction)
+                            self.max_bad_fraction, self.decode_device)
 
     def set_epoch(self, epoch: int) -> None:
         """Views are drawn from (seed, epoch, indices): each epoch augments afresh, reproducibly."""
@@ -89,29 +92,73 @@ class ImageDataset(Dataset):
         if isinstance(self.source, BatchSource):
             images = self.view(self.source.images(index), generator)
             labels = self.source.labels[index]
-        else:  # files of any size: decoded and resampled one at a time
-            decoded = [self.read(position) for position in positions]
-            images = self.view.of_pil_images([image for image, _ in decoded], generator)
-            labels = torch.tensor([label for _, label in decoded])
+        elif self.decode_device:
+            images, labels = self.views_decoded_on(self.decode_device, positions, generator)
+        else:
+            images, labels = self.views_of_files(positions, generator)
         return match_channels(images, self.channels), labels
 
     def __getitem__(self, position: int) -> tuple[torch.Tensor, torch.Tensor]:
         images, labels = self.__getitems__([position])
         return images[0], labels[0]
 
-    def read(self, position: int) -> tuple[Image.Image, int]:
-        """The image at ``position`` or, where it cannot be decoded, the next one that can; with its label."""
+    def views_of_files(self, positions: list[int], generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Files of any size: opened (headers only), boxes drawn for the batch, then each decoded for its box and
+        resampled. A file that fails is replaced by the next one that does not, with a box drawn for it."""
+        opened = [self.open(position) for position in positions]
+        boxes, flips = self.view.draw(*image_sizes([image for _, _, image in opened]), generator)
+        views, labels = [], []
+        for (position, index, image), box in zip(opened, boxes.tolist()):
+            while True:
+                try:
+                    views.append(self.view.resized_crop_of_file(image, box, self.source.mode))
+                    break
+                except UndecodableImage as error:  # its header read, its pixels broken
+                    self.record_failure(index, error)
+                    position, index, image = self.open(position + 1)
+                    box = self.view.draw(*image_sizes([image]), generator)[0][0].tolist()
+            labels.append(int(self.source.labels[index]))
+        return self.view.batch_of(views, flips), torch.tensor(labels)
+
+    def views_decoded_on(self, device: str, positions: list[int], generator: torch.Generator):
+        """JPEG files decoded on ``device`` as one batch (nvJPEG on a GPU), each view cut and resized there, with
+        the boxes ``views_of_files`` would draw. A batch holding a file nvJPEG cannot decode (broken, or not a JPEG)
+        is loaded by ``views_of_files`` instead, which skips what PIL cannot decode either."""
+        opened = [self.open(position) for position in positions]
+        boxes, flips = self.view.draw(*image_sizes([image for _, _, image in opened]), generator.clone_state())
+        files = [self.source.encoded(index) for _, index, _ in opened]
+        try:
+            if not all(file.rstrip(b"\0\r\n ").endswith(JPEG_END) for file in files):
+                raise RuntimeError("a file cut short, or not a JPEG")  # libjpeg would fill a cut file in with grey
+            decoded = decode_jpeg([torch.frombuffer(bytearray(file), dtype=torch.uint8) for file in files],
+                                  mode=ImageReadMode.RGB if self.source.mode == "RGB" else ImageReadMode.GRAY,
+                                  device=device)
+        except RuntimeError:
+            images, labels = self.views_of_files(positions, generator)
+            return images.to(device), labels
+        views = torch.cat([resized_crops(image[None], box[None].to(device), self.view.size)
+                           for image, box in zip(decoded, boxes)])
+        labels = torch.tensor([int(self.source.labels[index]) for _, index, _ in opened])
+        return mirrored(views, None if flips is None else flips.to(device)), labels
+
+    def open(self, position: int) -> tuple[int, int, Image.Image]:
+        """(position, source index, opened image) of the image at ``position`` or, where it cannot be opened, of the
+        next one that can."""
         for offset in range(len(self)):
-            index = int(self.indices[(position + offset) % len(self)])
+            at = (position + offset) % len(self)
+            index = int(self.indices[at])
             try:
-                return self.source.read(index), int(self.source.labels[index])
+                return at, index, self.source.open(index)
             except UndecodableImage as error:
-                self.undecodable[index] = True
-                failed = int(self.undecodable.sum())
-                if failed > self.max_bad_fraction * len(self):
-                    raise too_many_failures(failed, len(self), self.max_bad_fraction, self.source.description,
-                                            f"{self.source.name(index)}: {error}") from None
-        raise AssertionError("unreachable: the loop raises once every image has failed")
+                self.record_failure(index, error)
+        raise AssertionError("unreachable: record_failure raises once every image has failed")
+
+    def record_failure(self, index: int, error: UndecodableImage) -> None:
+        self.undecodable[index] = True
+        failed = int(self.undecodable.sum())
+        if failed > self.max_bad_fraction * len(self) or failed >= len(self):
+            raise too_many_failures(failed, len(self), self.max_bad_fraction, self.source.description,
+                                    f"{self.source.name(index)}: {error}") from None
 
     def skipped_count(self) -> int:
         return int(self.undecodable.sum())

@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from mpp.config import DataError
-from mpp.data.image_source import FileSource, decode_image
+from mpp.data.image_source import FileSource, open_image
 
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 LAYOUT = "folder: expects <dir>/<class name>/<image files> (jpg, png, ...)"
@@ -41,7 +41,7 @@ class ImageFolderSource(FileSource):
     of them cannot shift every label.
     """
 
-    channels = 3
+    channels, mode = 3, "RGB"
 
     def __init__(self, root: str | Path, classes_from: Optional[str | Path] = None):
         root = Path(root).expanduser()
@@ -65,8 +65,11 @@ class ImageFolderSource(FileSource):
         self.labels = torch.tensor(labels)
         self.description = f"image folder {root} ({len(self.files)} images, {len(self.class_names)} classes)"
 
-    def read(self, index: int) -> Image.Image:
-        return decode_image(self.files[index], self.channels)
+    def open(self, index: int) -> Image.Image:
+        return open_image(self.files[index])
+
+    def encoded(self, index: int) -> bytes:
+        return self.files[index].read_bytes()
 
     def name(self, index: int) -> str:
         return str(self.files[index])

@@ -10,6 +10,7 @@ Two kinds, by how images are stored:
 from __future__ import annotations
 
 import io
+import math
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Union
@@ -47,9 +48,16 @@ class BatchSource(ImageSource):
 
 
 class FileSource(ImageSource):
+    mode: str  # what images are decoded to: "RGB" or "L"
+
     @abstractmethod
-    def read(self, index: int) -> Image.Image:
-        """One decoded image (``decode_image``); raises ``UndecodableImage``."""
+    def open(self, index: int) -> Image.Image:
+        """Image ``index`` opened (``open_image``): its size is known, its pixels are decoded by the view, which can
+        then decode only what its crop needs; raises ``UndecodableImage``."""
+
+    @abstractmethod
+    def encoded(self, index: int) -> bytes:
+        """Image ``index``'s file, undecoded (for decoding elsewhere: ``data.decode=gpu``)."""
 
     @abstractmethod
     def name(self, index: int) -> str:
@@ -69,10 +77,31 @@ class ArraySource(BatchSource):
         return self.array[index]
 
 
-def decode_image(file: Union[str, Path, bytes], channels: int = 3) -> Image.Image:
-    """An encoded image (path or bytes, any format PIL reads), decoded and converted to RGB or grey (L)."""
+def open_image(file: Union[str, Path, bytes]) -> Image.Image:
+    """An encoded image (path or bytes, any format PIL reads), opened: its header read, its pixels not yet."""
     try:
-        with Image.open(io.BytesIO(file) if isinstance(file, bytes) else file) as image:
-            return image.convert("RGB" if channels == 3 else "L")  # decodes; a broken file fails here
+        return Image.open(io.BytesIO(file) if isinstance(file, bytes) else file)
     except (OSError, ValueError, Image.DecompressionBombError) as error:  # PIL's errors for broken or unknown data
         raise UndecodableImage(str(error)) from error
+
+
+def decode(image: Image.Image, mode: str) -> Image.Image:
+    """An opened image's pixels, converted to ``mode`` (RGB or L); a broken file fails here."""
+    try:
+        image.load()  # PIL closes a file it opened itself once its pixels are read
+        return image if image.mode == mode else image.convert(mode)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
+        raise UndecodableImage(str(error)) from error
+
+
+def decode_for_crop(image: Image.Image, box: list[float], size: int, mode: str) -> tuple[Image.Image, list[float]]:
+    """An opened image, decoded at the coarsest scale that keeps ``box`` (x0 y0 x1 y1) at least ``size`` pixels each
+    way, and the box in the decoded image's pixels. A JPEG decodes at 1/2, 1/4 or 1/8 scale in the DCT domain
+    (PIL's ``draft``) for a fraction of a full decode's work; other formats, and images already decoded, whole."""
+    x0, y0, x1, y1 = box
+    width, height = image.size
+    drafted = image.draft(mode, (math.ceil(width * size / max(x1 - x0, 1)), math.ceil(height * size / max(y1 - y0, 1))))
+    if drafted is not None:  # the decoded image's pixel i covers the original's [i, i + 1) x scale
+        scale = width / drafted[1][2]  # draft's box: the whole original image, in the decoded image's pixels
+        box = [coordinate / scale for coordinate in box]
+    return decode(image, mode), box

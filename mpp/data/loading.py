@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset
 from mpp.config import DataConfig, DataError
 from mpp.data.hugging_face import StreamingImageDataset, build_stream
 from mpp.data.image_dataset import ImageDataset, Split, keep_batch
+from mpp.data.image_source import FileSource
 from mpp.data.sources import open_source
 from mpp.data.subsets import holdout_split, shots_per_class
 from mpp.data.transforms import image_view
@@ -37,9 +38,17 @@ def build_dataset(
     processes here (map-style data is split into distinct batches by ``prepare_loader``).
     """
     view = image_view(cfg, image_size, augment)
+    if cfg.decode == "gpu" and not torch.cuda.is_available():
+        raise DataError("data.decode=gpu decodes JPEGs with nvJPEG on a CUDA GPU, and this machine has none "
+                        "(torch.cuda.is_available() is false); use data.decode=cpu")
     if cfg.streaming:
+        if cfg.decode == "gpu":
+            raise DataError("data.decode=gpu reads files map-style; set data.streaming=false, or data.decode=cpu")
         return build_stream(cfg, split, view, channels, seed, process_index, num_processes)
     source = open_source(cfg, "test" if split == "test" else "train", image_size)
+    if cfg.decode == "gpu" and not isinstance(source, FileSource):
+        raise DataError(f"data.decode=gpu decodes image files (folder:, hf:); {cfg.source} is held in memory "
+                        "already: use data.decode=cpu")
     indices = None
     if split != "test":
         kept, held_out = holdout_split(len(source), cfg.holdout_fraction, cfg.subset_seed)
@@ -51,7 +60,8 @@ def build_dataset(
             indices = kept
             if cfg.shots_per_class:
                 indices = kept[shots_per_class(source.labels[kept], cfg.shots_per_class, cfg.subset_seed)]
-    return ImageDataset(source, view, channels, indices, seed, cfg.max_bad_fraction)
+    return ImageDataset(source, view, channels, indices, seed, cfg.max_bad_fraction,
+                        "cuda" if cfg.decode == "gpu" else None)
 
 
 def sample_images(dataset: Dataset, count: int, seed: int, batch_size: int = 256) -> Iterator[torch.Tensor]:
@@ -89,7 +99,11 @@ def build_loader(
             f"the training set has {len(dataset)} images, fewer than one batch of {batch_size}; "
             "lower train.micro_batch_size or train.global_batch_size"
         )
-    workers = default_num_workers(device_type, local_processes) if cfg.num_workers is None else cfg.num_workers
+    if cfg.decode == "gpu":  # decoded in the main process, straight into GPU memory: nothing to hand over or pin
+        workers, pin_memory = 0, False
+    else:
+        workers = default_num_workers(device_type, local_processes) if cfg.num_workers is None else cfg.num_workers
+        pin_memory = device_type == "cuda" if cfg.pin_memory is None else cfg.pin_memory
     return DataLoader(
         dataset,
         batch_size=batch_size,
@@ -97,7 +111,7 @@ def build_loader(
         drop_last=train,
         collate_fn=None if streaming else keep_batch,
         num_workers=workers,
-        pin_memory=device_type == "cuda" if cfg.pin_memory is None else cfg.pin_memory,
+        pin_memory=pin_memory,
         prefetch_factor=cfg.prefetch_factor if workers else None,
         # Workers restart each epoch and so receive the dataset's new epoch (its views depend on it).
         persistent_workers=False,

@@ -1,0 +1,72 @@
+"""The prepare step: any source written once as pre-resized parquet shards that data.source=hf:<dir> reads back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mpp.config import DataConfig, DataError
+from mpp.data.image_source import decode
+from mpp.data.prepare import RECORD, Settings, prepare
+from mpp.data.sources import open_source
+from tests.test_data_views import photo_like_jpeg
+
+
+def photo_folder(root: Path) -> Path:
+    for i in range(10):
+        path = root / ("cat", "dog")[i % 2] / f"{i:02d}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(photo_like_jpeg(120 + 8 * i, 90, seed=i))
+    (root / "cat" / "99.jpg").write_bytes(b"\xff\xd8\xff\xe0 cut short")
+    return root
+
+
+def test_a_folder_prepared_once_reads_back_resized_with_its_labels_and_class_names(tmp_path):
+    source = f"folder:{photo_folder(tmp_path / 'photos')}"
+    settings = Settings(source, (), short_side=48, quality=90, shard_size=4)
+    record = prepare(settings, tmp_path / "prepared", ["train", "test"], workers=1)
+    assert record["complete"] and list(record["splits"]) == ["train"]  # a folder without eval_folder: no test split
+    assert [name for shard in record["splits"]["train"]["shards"].values() for name in shard["skipped"]] == [
+        f"{tmp_path / 'photos' / 'cat' / '99.jpg'}: Truncated File Read"]
+    original = open_source(DataConfig(source=source), "train", 48)
+    prepared = open_source(DataConfig(source=f"hf:{tmp_path / 'prepared'}", hf_cache_dir=str(tmp_path / "cache")),
+                           "train", 48)
+    kept = [i for i in range(len(original)) if not original.files[i].name.startswith("99")]
+    assert prepared.class_names == original.class_names == ("cat", "dog")
+    assert prepared.labels.tolist() == original.labels[kept].tolist()
+    for position, index in enumerate(kept):
+        width, height = original.open(index).size
+        assert prepared.open(position).size == (round(width * 48 / height), 48)  # the shorter side, brought down
+    # the same content, resized: compare both at the prepared size
+    again = decode(original.open(kept[0]), "RGB").resize(prepared.open(0).size)
+    difference = np.asarray(decode(prepared.open(0), "RGB"), dtype=float) - np.asarray(again, dtype=float)
+    assert np.abs(difference).mean() < 4  # of 255: JPEG re-encoding and resampling differences only
+
+
+def test_an_interrupted_preparation_continues_and_a_finished_one_is_never_overwritten(tmp_path):
+    settings = Settings(f"folder:{photo_folder(tmp_path / 'photos')}", (), short_side=32, quality=90, shard_size=4)
+    out = tmp_path / "prepared"
+    prepare(settings, out, ["train"], workers=1)
+    with pytest.raises(DataError, match="holds a finished prepared dataset"):
+        prepare(settings, out, ["train"], workers=1)
+    # interrupted after shards 0 and 2: shard 1 never renamed from .partial, the record not complete
+    record = json.loads((out / RECORD).read_text())
+    del record["splits"]["train"]["shards"]["1"]
+    record["complete"] = False
+    (out / RECORD).write_text(json.dumps(record))
+    shard_1 = next((out / "data").glob("train-00001-*"))
+    shard_1.rename(shard_1.with_name(shard_1.name + ".partial"))
+    kept = {path: path.stat().st_mtime_ns for path in (out / "data").glob("*.parquet")}
+    with pytest.raises(DataError, match="other settings"):
+        prepare(Settings(settings.source, (), 64, 90, 4), out, ["train"], workers=1)
+    finished = prepare(settings, out, ["train"], workers=1)
+    assert finished["complete"] and shard_1.is_file()
+    assert all(path.stat().st_mtime_ns == mtime for path, mtime in kept.items())  # done shards not rewritten
+    assert sum(shard["rows"] for shard in finished["splits"]["train"]["shards"].values()) == 10
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("mine")
+    with pytest.raises(DataError, match="not a prepared dataset"):
+        prepare(settings, tmp_path / "notes", ["train"], workers=1)
