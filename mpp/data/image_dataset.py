@@ -136,8 +136,9 @@ class ImageDataset(Dataset):
         except RuntimeError:
             images, labels = self.views_of_files(positions, generator)
             return images.to(device), labels
-        views = torch.cat([resized_crops(image[None], box[None].to(device), self.view.size)
-                           for image, box in zip(decoded, boxes)])
+        boxes = boxes.to(device)
+        views = torch.cat([resized_crops(image[None], boxes[i:i + 1], self.view.size)
+                           for i, image in enumerate(decoded)])
         labels = torch.tensor([int(self.source.labels[index]) for _, index, _ in opened])
         return mirrored(views, None if flips is None else flips.to(device)), labels
 

@@ -25,7 +25,7 @@ import io
 import json
 import multiprocessing
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -33,7 +33,7 @@ import torch
 from PIL import Image
 
 from mpp.config import DataConfig, DataError, RunError, build_config
-from mpp.data.image_source import BatchSource, FileSource, ImageSource, UndecodableImage, decode_for_crop
+from mpp.data.image_source import FileSource, ImageSource, UndecodableImage, decode_for_crop
 from mpp.data.sources import open_source
 
 RECORD = "prepared.json"
@@ -70,20 +70,14 @@ def encoded(image: Image.Image, quality: int) -> bytes:
     return buffer.getvalue()
 
 
-def source_images(source: ImageSource, start: int, stop: int):
-    """(index, opened or decoded image) for images start..stop-1; an undecodable file as (index, its error)."""
-    if isinstance(source, BatchSource):
-        images = source.images(torch.arange(start, stop))
-        if images.dtype != torch.uint8:
-            images = (images * 255).round().to(torch.uint8)
-        for offset, pixels in enumerate(images.permute(0, 2, 3, 1)):
-            yield start + offset, Image.fromarray(pixels.squeeze(-1).numpy())
-        return
-    for index in range(start, stop):
-        try:
-            yield index, source.open(index)
-        except UndecodableImage as error:
-            yield index, error
+def source_image(source: ImageSource, index: int) -> Image.Image:
+    """Image ``index`` of a source: a file opened (``UndecodableImage`` if it cannot be), or an array as an image."""
+    if isinstance(source, FileSource):
+        return source.open(index)
+    pixels = source.images(torch.tensor([index]))[0]  # (c h w)
+    if pixels.dtype != torch.uint8:
+        pixels = (pixels * 255).round().to(torch.uint8)
+    return Image.fromarray(pixels.permute(1, 2, 0).squeeze(-1).numpy())
 
 
 OPENED: dict[str, ImageSource] = {}  # in each worker process: the splits it has opened (a folder is listed once)
@@ -102,11 +96,9 @@ def write_shard(job: tuple[DataConfig, str, int, int, Settings, Path]) -> tuple[
     start, stop = shard * settings.shard_size, min(len(source), (shard + 1) * settings.shard_size)
     rows: dict[str, list] = {"image": [], "label": []}
     skipped = []
-    for index, image in source_images(source, start, stop):
+    for index in range(start, stop):
         try:
-            if isinstance(image, UndecodableImage):
-                raise image
-            resized = resized_to_short_side(image, settings.short_side, mode)
+            resized = resized_to_short_side(source_image(source, index), settings.short_side, mode)
         except UndecodableImage as error:
             skipped.append(f"{source.name(index) if isinstance(source, FileSource) else index}: {error}")
             continue
@@ -129,13 +121,13 @@ def read_record(out_dir: Path, settings: Settings) -> dict:
         if record["complete"]:
             raise DataError(f"{out_dir} holds a finished prepared dataset; read it with data.source=hf:{out_dir}, "
                             "or choose another output directory")
-        if record["settings"] != json.loads(json.dumps(settings.__dict__)):
+        if record["settings"] != json.loads(json.dumps(asdict(settings))):
             raise DataError(f"{out_dir} holds an interrupted preparation with other settings "
                             f"({record['settings']}); continue it with those, or choose another output directory")
         return record
     if out_dir.exists() and any(out_dir.iterdir()):
         raise DataError(f"{out_dir} exists and is not a prepared dataset; choose an empty or new output directory")
-    return {"settings": settings.__dict__, "splits": {}, "complete": False}
+    return {"settings": asdict(settings), "splits": {}, "complete": False}
 
 
 def prepare(settings: Settings, out_dir: Path, splits: Sequence[str], workers: int) -> dict:

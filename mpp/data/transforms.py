@@ -55,15 +55,14 @@ class ImageView:
         boxes, flips = self.draw(torch.full((batch,), float(height)), torch.full((batch,), float(width)), generator)
         return resized_crops(images, boxes, self.size, flips)
 
-    def of_pil_images(self, images: list[Image.Image], generator: Optional[torch.Generator] = None,
-                      mode: str = "RGB") -> torch.Tensor:
-        """Opened or decoded files of any sizes -> (b c size size) float views in [0, 1] (``mode``: RGB or L).
+    def of_pil_images(self, images: list[Image.Image], generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """Opened or decoded files of any sizes -> (b c size size) float RGB views in [0, 1].
         Boxes for the whole batch are drawn at once from the images' sizes, then each image is decoded for its box
         (``decode_for_crop``: a JPEG at the coarsest scale its crop allows) and cut and resized by PIL in one step,
         without expanding it into a tensor first. PIL's bilinear filter widens when shrinking, so it too averages
         each output pixel's footprint."""
         boxes, flips = self.draw(*image_sizes(images), generator)
-        views = [self.resized_crop_of_file(image, box, mode) for image, box in zip(images, boxes.tolist())]
+        views = [self.resized_crop_of_file(image, box, "RGB") for image, box in zip(images, boxes.tolist())]
         return self.batch_of(views, flips)
 
     def resized_crop_of_file(self, image: Image.Image, box: list[float], mode: str) -> Image.Image:
