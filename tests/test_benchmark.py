@@ -41,3 +41,17 @@ def test_the_benchmark_measures_each_row_and_writes_the_table(tmp_path, capsys):
         "supervised"]["images_per_second"]
     assert json.loads((tmp_path / "table.json").read_text()) == results
     assert "| mpp |" in capsys.readouterr().out
+
+
+def test_the_loader_benchmark_measures_every_path_on_imagenet_like_files(tmp_path):
+    from mpp.benchmark import loading
+
+    results = loading.main(["--only-imagenet", "--workers", "0", "--rounds", "1", "--seconds", "0.2",
+                            "--imagenet-images", "8", "--json", str(tmp_path / "rows.json")])
+    rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
+    assert rows == results["rows"]
+    assert [(row["source"], row["path"], row["workers"]) for row in rows] == [
+        ("imagenet-like", path, 0) for path in ["baseline", "library", "prepared"]
+        + (["gpu-decode"] if torch.cuda.is_available() else [])]
+    assert all(row["images_per_second"] > 0 for row in rows)
+    assert len(results["stage_milliseconds"]) == 7 and all(ms > 0 for ms in results["stage_milliseconds"].values())

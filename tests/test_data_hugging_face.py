@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 
 from mpp.config import DataConfig
-from mpp.data.image_source import decode
+from mpp.data.image_source import decode, open_image
 from mpp.data.loading import build_dataset, build_loader
 from mpp.data.sources import DataError, open_source
 from tests.launching import TINY, launch
@@ -60,7 +60,7 @@ def test_saved_dataset_dict_finds_image_and_label_columns_by_type(hf_dirs, tmp_p
     train, test = open_source(cfg, "train", 8), open_source(cfg, "test", 8)
     assert len(train) == 12 and len(test) == 6 and train.class_names == ("a", "b", "c")
     assert train.labels.tolist() == [i % 3 for i in range(12)]
-    assert train.open(1).size == (10, 13)
+    assert open_image(train.encoded(1)).size == (10, 13)
     images, labels = build_dataset(cfg, "train", 8, channels=3, augment=True).__getitems__([0, 4])
     assert images.shape == (2, 3, 8, 8) and labels.tolist() == [0, 1]
 
@@ -68,7 +68,7 @@ def test_saved_dataset_dict_finds_image_and_label_columns_by_type(hf_dirs, tmp_p
 def test_parquet_files_and_an_imagefolder_load_through_load_dataset(hf_dirs, tmp_path):
     parquet = open_source(cfg_for(hf_dirs["parquet"], tmp_path), "train", 8)
     assert len(parquet) == 8 and parquet.class_names == ("a", "b", "c")
-    assert decode(parquet.open(0), parquet.mode).mode == "RGB"
+    assert decode(open_image(parquet.encoded(0)), parquet.mode).mode == "RGB"
     images = open_source(cfg_for(hf_dirs["images"], tmp_path), "test", 8)
     assert len(images) == 4 and images.class_names == ("cat", "dog") and images.labels.tolist() == [0, 0, 1, 1]
     by_builder = open_source(cfg_for("imagefolder", tmp_path, hf_data_dir=str(hf_dirs["images"])), "train", 8)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mpp.config import DataConfig, DataError
-from mpp.data.image_source import decode
+from mpp.data.image_source import decode, open_image
 from mpp.data.prepare import RECORD, Settings, prepare
 from mpp.data.sources import open_source
 from tests.test_data_views import photo_like_jpeg
@@ -38,11 +38,13 @@ def test_a_folder_prepared_once_reads_back_resized_with_its_labels_and_class_nam
     assert prepared.class_names == original.class_names == ("cat", "dog")
     assert prepared.labels.tolist() == original.labels[kept].tolist()
     for position, index in enumerate(kept):
-        width, height = original.open(index).size
-        assert prepared.open(position).size == (round(width * 48 / height), 48)  # the shorter side, brought down
+        width, height = open_image(original.encoded(index)).size
+        # the shorter side, brought down
+        assert open_image(prepared.encoded(position)).size == (round(width * 48 / height), 48)
     # the same content, resized: compare both at the prepared size
-    again = decode(original.open(kept[0]), "RGB").resize(prepared.open(0).size)
-    difference = np.asarray(decode(prepared.open(0), "RGB"), dtype=float) - np.asarray(again, dtype=float)
+    first = decode(open_image(prepared.encoded(0)), "RGB")
+    again = decode(open_image(original.encoded(kept[0])), "RGB").resize(first.size)
+    difference = np.asarray(first, dtype=float) - np.asarray(again, dtype=float)
     assert np.abs(difference).mean() < 4  # of 255: JPEG re-encoding and resampling differences only
 
 

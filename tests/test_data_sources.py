@@ -93,7 +93,8 @@ def test_folder_reads_classes_from_sub_folders_with_a_separate_validation_folder
     train, val = open_source(cfg, "train", 16), open_source(cfg, "test", 16)
     assert train.class_names == ("cat", "dog") and train.labels.tolist() == [0, 0, 0, 1, 1]
     assert val.labels.tolist() == [1, 1]
-    assert train.open(1).size == (14, 20) and decode(train.open(1), train.mode).mode == "RGB"
+    opened = open_image(train.encoded(1))
+    assert opened.size == (14, 20) and decode(opened, train.mode).mode == "RGB"
     images, labels = build_dataset(cfg, "test", 8, channels=3, augment=False).__getitems__([0, 1])
     assert images.shape == (2, 3, 8, 8) and labels.tolist() == [1, 1]
 

@@ -98,6 +98,15 @@ def test_grayscale_images_train_an_rgb_encoder(tiny_model_config):
     assert torch.allclose(from_gray.loss, from_rgb.loss) and torch.equal(from_gray.target, from_rgb.target)
 
 
+def test_uint8_images_from_decoded_files_give_the_pass_of_their_float_values(tiny_model_config):
+    model = build(tiny_model_config)
+    pixels = torch.randint(0, 256, (2, 3, 16, 16), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
+    corruption = model.draw_corruption(2, generator=torch.Generator().manual_seed(0))
+    from_uint8, from_float = model(pixels, corruption=corruption), model(pixels / 255, corruption=corruption)
+    assert torch.equal(from_uint8.loss, from_float.loss) and torch.equal(from_uint8.target, from_float.target)
+    assert torch.equal(model.features(pixels), model.features(pixels / 255))  # the encoder every model shares
+
+
 def test_normalisation_must_fit_the_input_channels(tiny_model_config):
     with pytest.raises(ConfigError, match="one value per input channel"):
         MaskedPatchPredictor(create_encoder(tiny_model_config), MPPConfig(), (0.5,), (0.5,))

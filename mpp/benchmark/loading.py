@@ -10,19 +10,22 @@ embedded shapes: CIFAR pickles (raw pixels), a folder of JPEG files, and the sam
 
 Then ImageNet-like files: JPEGs with ImageNet's statistics (the longer side 400-500 pixels, ImageNet's common aspect
 ratios, quality 90, photo-like content of about 110 KB), read through the pre-training view at 224 pixels by each
-path, in interleaved rounds (the medians are reported):
-- ``baseline``: the file path as it was: each file decoded whole, cut and resized, the batch mirrored as floats;
-- ``library``: the package's file path: each JPEG decoded at the coarsest scale its crop allows, mirrored by PIL,
-  converted to float once;
+path, in interleaved rounds (the medians are reported; afterwards, each stage of the first two paths, timed):
+- ``baseline``: the file path as it was: each file decoded whole by PIL, cut and resized by PIL, the batch converted
+  to float and mirrored;
+- ``library``: the package's file path: each JPEG decoded at the coarsest scale its crop allows (by torchvision's
+  decoder at full scale), cut and resized by torch's uint8 kernel, mirrored, and handed on as uint8;
 - ``prepared``: the files written once by ``python -m mpp.data.prepare`` (shorter side 256), read as ``hf:<dir>``;
 - ``gpu-decode``: ``data.decode=gpu`` (nvJPEG), where CUDA is available.
-Images per second per core divides by the cores the loading occupies (one in the main process, else the workers,
-at most the machine's). ``--json FILE`` writes every row: source, path, workers, images per second (and per core).
+Images per second per core divides by the cores the loading occupies: one in the main process (held to one torch
+thread for these rows), else one per worker (torch gives each one thread), at most the machine's. ``--json FILE``
+writes every row: source, path, workers, images per second (and per core).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import io
 import itertools
@@ -44,17 +47,20 @@ from mpp.benchmark.training_step import DEFAULT_PRESET, measure
 from mpp.config import DataConfig, MPPRunConfig, build_config
 from mpp.data.fashion_mnist import DEFAULT_DIR as FASHION_MNIST_DIR
 from mpp.data.image_dataset import ImageDataset
-from mpp.data.image_source import decode
+from mpp.data.image_source import decode, decoded_jpeg, open_image
 from mpp.data.loading import build_dataset, build_loader
 from mpp.data.prepare import Settings, prepare
 from mpp.data.shapes import ShapesSource
-from mpp.data.transforms import image_sizes, mirrored
+from mpp.data.transforms import ImageView, image_sizes, mirrored, resized_crop_of_pixels
 from mpp.models.encoder import create_encoder
 
 FILE_IMAGES = 2048  # images written for the file-based sources
 FILE_IMAGE_SIZE = 128  # their side in pixels: decoding costs more than for 32x32 arrays, as with real photos
 IMAGENET_ASPECTS = (4 / 3, 4 / 3, 4 / 3, 3 / 4, 3 / 2, 2 / 3, 1.0, 5 / 4, 16 / 9)  # width / height, as ImageNet's
 IMAGENET_VIEW, IMAGENET_BATCH = 224, 64
+# Each epoch reads the ImageNet-like files this many times over: loader workers restart every epoch, and an epoch
+# of a few batches would weigh their start-up far above its share in an ImageNet epoch of 20,000 batches.
+IMAGENET_EPOCH_REPEATS = 16
 
 
 def shapes_uint8(count: int, size: int) -> torch.Tensor:
@@ -138,38 +144,74 @@ class BaselineFileDataset(ImageDataset):
 
     def views_of_files(self, positions: list[int], generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         opened = [self.open(position) for position in positions]
-        images = [decode(image, self.source.mode) for _, _, image in opened]
+        images = [decode(image, self.source.mode) for _, _, _, image in opened]
         boxes, flips = self.view.draw(*image_sizes(images), generator)
-        size = (self.view.size, self.view.size)
-        views = [image.resize(size, Image.Resampling.BILINEAR, box=box) for image, box in zip(images, boxes.tolist())]
-        pixels = torch.from_numpy(np.stack([np.asarray(view) for view in views])).view(len(views), *size, -1)
-        labels = torch.tensor([int(self.source.labels[index]) for _, index, _ in opened])
-        return mirrored(pixels.permute(0, 3, 1, 2).float() / 255, flips), labels
+        views = baseline_views(images, boxes.tolist(), self.view.size)
+        labels = torch.tensor([int(self.source.labels[index]) for _, index, _, _ in opened])
+        return baseline_batch(views, flips), labels
 
 
-def imagenet_like_paths(root: Path, count: int) -> dict[str, tuple[Dataset, DataConfig]]:
+def baseline_views(images: list[Image.Image], boxes: list[list[float]], size: int) -> list[Image.Image]:
+    return [image.resize((size, size), Image.Resampling.BILINEAR, box=box) for image, box in zip(images, boxes)]
+
+
+def baseline_batch(views: list[Image.Image], flips: torch.Tensor) -> torch.Tensor:
+    pixels = torch.from_numpy(np.stack([np.asarray(view) for view in views])).view(len(views), *views[0].size, -1)
+    return mirrored(pixels.permute(0, 3, 1, 2).float() / 255, flips)
+
+
+def stage_milliseconds(files: list[bytes], size: int, passes: int = 3) -> dict[str, float]:
+    """Milliseconds per image of each stage of the baseline and library paths, on the same files and boxes, in one
+    thread (the fastest of ``passes``)."""
+    view = ImageView(size, augment=True)
+    boxes, flips = view.draw(*image_sizes([open_image(file) for file in files]), torch.Generator().manual_seed(0))
+    boxes = boxes.tolist()
+    whole = [decode(open_image(file), "RGB") for file in files]
+    pixels = [decoded_jpeg(file, "RGB") for file in files]
+    pil_views = baseline_views(whole, boxes, size)
+    torch_views = [resized_crop_of_pixels(image, box, size) for image, box in zip(pixels, boxes)]
+    stages = {
+        "open (header only)": lambda: [open_image(file) for file in files],
+        "decode whole, PIL (baseline)": lambda: [decode(open_image(file), "RGB") for file in files],
+        "decode whole, torchvision (library)": lambda: [decoded_jpeg(file, "RGB") for file in files],
+        "cut and resize, PIL (baseline)": lambda: baseline_views(whole, boxes, size),
+        "cut and resize, torch uint8 (library)": lambda: [resized_crop_of_pixels(image, box, size)
+                                                          for image, box in zip(pixels, boxes)],
+        "float batch, mirrored (baseline)": lambda: baseline_batch(pil_views, flips),
+        "uint8 batch, mirrored (library)": lambda: view.batch_of(torch_views, flips),
+    }
+    with torch_threads(1):
+        return {name: min(timed(stage) for _ in range(passes)) * 1000 / len(files) for name, stage in stages.items()}
+
+
+def timed(work) -> float:
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start
+
+
+def imagenet_like_paths(root: Path, files: list[bytes]) -> dict[str, tuple[Dataset, DataConfig]]:
     """Each path's dataset (224-pixel pre-training views) over the same ImageNet-like files, written under root."""
-    generator = torch.Generator().manual_seed(0)
-    sizes = []
-    for i in range(count):
-        data = imagenet_like_jpeg(generator)
-        sizes.append(len(data))
+    for i, data in enumerate(files):
         path = root / "imagenet-like" / f"class_{i % 10}" / f"{i:05d}.jpg"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-    print(f"ImageNet-like files: {count} JPEGs, {statistics.mean(sizes) / 1000:.0f} KB on average")
+    print(f"ImageNet-like files: {len(files)} JPEGs, {statistics.mean(map(len, files)) / 1000:.0f} KB on average")
     folder = DataConfig(source=f"folder:{root / 'imagenet-like'}")
     prepare(Settings(folder.source, (), 256, 90, 1000), root / "prepared", ["train"], workers=1)
     prepared = DataConfig(source=f"hf:{root / 'prepared'}", hf_cache_dir=str(root / "hf-cache"))
-    library = build_dataset(folder, "train", IMAGENET_VIEW, channels=3, augment=True)
+    repeated = torch.arange(len(files)).repeat(IMAGENET_EPOCH_REPEATS)
+    library = build_dataset(folder, "train", IMAGENET_VIEW, channels=3, augment=True).subset(repeated)
     paths = {
-        "baseline": (BaselineFileDataset(library.source, library.view, 3), folder),
+        "baseline": (BaselineFileDataset(library.source, library.view, 3, library.indices), folder),
         "library": (library, folder),
-        "prepared": (build_dataset(prepared, "train", IMAGENET_VIEW, channels=3, augment=True), prepared),
+        "prepared": (build_dataset(prepared, "train", IMAGENET_VIEW, channels=3, augment=True).subset(repeated),
+                     prepared),
     }
     if torch.cuda.is_available():
         gpu = dataclasses.replace(folder, decode="gpu")
-        paths["gpu-decode"] = (build_dataset(gpu, "train", IMAGENET_VIEW, channels=3, augment=True), gpu)
+        paths["gpu-decode"] = (build_dataset(gpu, "train", IMAGENET_VIEW, channels=3, augment=True).subset(repeated),
+                               gpu)
     return paths
 
 
@@ -191,6 +233,16 @@ def loader_throughput(dataset: Dataset, data: DataConfig, batch_size: int, worke
     device_type = "cuda" if torch.cuda.is_available() else "cpu"  # the loader settings training would use
     return images_per_second(build_loader(dataset, batch_size, cfg, train=True, device_type=device_type), batch_size,
                              seconds)
+
+
+@contextlib.contextmanager
+def torch_threads(count: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def cores_used(workers: int) -> int:
@@ -242,14 +294,17 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"training step ({args.config.name}, MPP, batch {batch}): "
                   f"{results['training_images_per_second']:,.0f} images/s")
 
-        paths = imagenet_like_paths(Path(root), args.imagenet_images)
+        generator = torch.Generator().manual_seed(0)
+        files = [imagenet_like_jpeg(generator) for _ in range(args.imagenet_images)]
+        paths = imagenet_like_paths(Path(root), files)
         rates = {(path, workers): [] for path in paths for workers in args.workers}
         for _ in range(args.rounds):  # interleaved: the machine's drift falls on every path alike
             for (path, workers), measured in rates.items():
                 dataset, data = paths[path]
                 if data.decode == "gpu" and workers:
                     continue
-                measured.append(loader_throughput(dataset, data, IMAGENET_BATCH, workers, args.seconds))
+                with torch_threads(1 if workers == 0 else torch.get_num_threads()):  # one core, as in a worker
+                    measured.append(loader_throughput(dataset, data, IMAGENET_BATCH, workers, args.seconds))
         print(f"\nImageNet-like JPEGs, {IMAGENET_VIEW}x{IMAGENET_VIEW} pre-training views, batch {IMAGENET_BATCH}, "
               f"median of {args.rounds} rounds; images/s (per core)")
         print("| path | " + " | ".join(columns) + " |")
@@ -264,6 +319,10 @@ def main(argv: list[str] | None = None) -> dict:
                 results["rows"].append(row("imagenet-like", path, workers, rate))
                 cells.append(f"{rate:,.0f} ({rate / cores_used(workers):,.0f})")
             print(f"| {path} | " + " | ".join(cells) + " |", flush=True)
+        results["stage_milliseconds"] = stage_milliseconds(files, IMAGENET_VIEW)
+        print("\nwhere the time goes, milliseconds per image in one thread:")
+        for stage, milliseconds in results["stage_milliseconds"].items():
+            print(f"  {stage}: {milliseconds:.2f}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return results

@@ -13,12 +13,11 @@ from typing import Any, Optional, Union
 
 import numpy as np
 import torch
-from PIL import Image
 from torch.utils.data import IterableDataset, get_worker_info
 
 from mpp.config import DataConfig, DataError, parse_source
 from mpp.data.image_dataset import Split, seeded_generator, too_many_failures
-from mpp.data.image_source import FileSource, UndecodableImage, open_image
+from mpp.data.image_source import FileSource, UndecodableImage, read_file
 from mpp.data.transforms import ImageView, match_channels
 
 MAX_STREAM_WORKERS = 256  # rows of the shared failure counters of a stream (one per loader worker)
@@ -118,13 +117,9 @@ def undecoded(dataset: Any, image_column: str) -> Any:
     return dataset.cast_column(image_column, datasets.Image(decode=False))
 
 
-def open_stored_image(stored: dict[str, Union[bytes, str, None]]) -> Image.Image:
-    """An undecoded Image value ({"bytes", "path"}), opened."""
-    return open_image(stored["bytes"] if stored["bytes"] is not None else stored["path"])
-
-
 def stored_bytes(stored: dict[str, Union[bytes, str, None]]) -> bytes:
-    return stored["bytes"] if stored["bytes"] is not None else Path(stored["path"]).read_bytes()
+    """An undecoded Image value ({"bytes", "path"}): its file."""
+    return stored["bytes"] if stored["bytes"] is not None else read_file(stored["path"])
 
 
 class HuggingFaceSource(FileSource):
@@ -143,9 +138,6 @@ class HuggingFaceSource(FileSource):
         self.class_names = class_names(dataset.features, label_column, self.labels if label_column else None)
         self.images_only = undecoded(dataset.select_columns([self.image_column]), self.image_column)
         self.description = f"hf:{name} {split} ({len(dataset)} images, {len(self.class_names)} classes)"
-
-    def open(self, index: int) -> Image.Image:
-        return open_stored_image(self.images_only[index][self.image_column])
 
     def encoded(self, index: int) -> bytes:
         return stored_bytes(self.images_only[index][self.image_column])
@@ -219,7 +211,7 @@ class StreamingImageDataset(IterableDataset):
         for example in stream:
             counts[1] += 1
             try:
-                view = self.view.of_pil_images([open_stored_image(example[self.image_column])], generator)
+                view = self.view.of_files([stored_bytes(example[self.image_column])], generator)
             except UndecodableImage as error:
                 counts[0] += 1
                 failed, read = int(counts[0]), int(counts[1])

@@ -2,8 +2,9 @@
 
 ``ImageDataset`` (map-style) returns a whole batch from ``__getitems__`` (torch's DataLoader calls it with a batch's
 indices); pair it with ``collate_fn=keep_batch``. In-memory sources are gathered and resampled in a few tensor
-operations; files are decoded one by one, and one that cannot be decoded is replaced by the next image of the
-dataset, recorded, and counted against ``max_bad_fraction``. (A Hugging Face stream: ``hugging_face.py``.)
+operations, into float views in [0, 1]; files are decoded one by one, into uint8 views, and one that cannot be
+decoded is replaced by the next image of the dataset, recorded, and counted against ``max_bad_fraction``. (A
+Hugging Face stream: ``hugging_face.py``.)
 """
 
 from __future__ import annotations
@@ -13,10 +14,18 @@ from typing import Any, Literal, Optional
 import torch
 from PIL import Image
 from torch.utils.data import Dataset
-from torchvision.io import ImageReadMode, decode_jpeg
+from torchvision.io import decode_jpeg
 
 from mpp.config import DataError
-from mpp.data.image_source import BatchSource, FileSource, ImageSource, UndecodableImage
+from mpp.data.image_source import (
+    READ_MODES,
+    BatchSource,
+    FileSource,
+    ImageSource,
+    UndecodableImage,
+    jpeg_data,
+    open_image,
+)
 from mpp.data.transforms import ImageView, image_sizes, match_channels, mirrored, resized_crops
 
 JPEG_END = b"\xff\xd9"  # a JPEG file's last marker (EOI)
@@ -41,7 +50,8 @@ def too_many_failures(failed: int, total: int, max_fraction: float, description:
 
 
 class ImageDataset(Dataset):
-    """(images, labels) batches: (b c s s) float in [0, 1] with ``channels`` channels, (b) int64 labels."""
+    """(images, labels) batches: (b c s s) images with ``channels`` channels, float in [0, 1] (in-memory sources) or
+    uint8 (files), which the models take alike; (b) int64 labels."""
 
     def __init__(
         self,
@@ -106,16 +116,16 @@ class ImageDataset(Dataset):
         """Files of any size: opened (headers only), boxes drawn for the batch, then each decoded for its box and
         resampled. A file that fails is replaced by the next one that does not, with a box drawn for it."""
         opened = [self.open(position) for position in positions]
-        boxes, flips = self.view.draw(*image_sizes([image for _, _, image in opened]), generator)
+        boxes, flips = self.view.draw(*image_sizes([image for _, _, _, image in opened]), generator)
         views, labels = [], []
-        for (position, index, image), box in zip(opened, boxes.tolist()):
+        for (position, index, file, image), box in zip(opened, boxes.tolist()):
             while True:
                 try:
-                    views.append(self.view.resized_crop_of_file(image, box, self.source.mode))
+                    views.append(self.view.resized_crop_of_file(file, image, box, self.source.mode))
                     break
                 except UndecodableImage as error:  # its header read, its pixels broken
                     self.record_failure(index, error)
-                    position, index, image = self.open(position + 1)
+                    position, index, file, image = self.open(position + 1)
                     box = self.view.draw(*image_sizes([image]), generator)[0][0].tolist()
             labels.append(int(self.source.labels[index]))
         return self.view.batch_of(views, flips), torch.tensor(labels)
@@ -125,13 +135,12 @@ class ImageDataset(Dataset):
         the boxes ``views_of_files`` would draw. A batch holding a file nvJPEG cannot decode (broken, or not a JPEG)
         is loaded by ``views_of_files`` instead, which skips what PIL cannot decode either."""
         opened = [self.open(position) for position in positions]
-        boxes, flips = self.view.draw(*image_sizes([image for _, _, image in opened]), generator.clone_state())
-        files = [self.source.encoded(index) for _, index, _ in opened]
+        boxes, flips = self.view.draw(*image_sizes([image for _, _, _, image in opened]), generator.clone_state())
+        files = [file for _, _, file, _ in opened]
         try:
             if not all(file.rstrip(b"\0\r\n ").endswith(JPEG_END) for file in files):
                 raise RuntimeError("a file cut short, or not a JPEG")  # libjpeg would fill a cut file in with grey
-            decoded = decode_jpeg([torch.frombuffer(bytearray(file), dtype=torch.uint8) for file in files],
-                                  mode=ImageReadMode.RGB if self.source.mode == "RGB" else ImageReadMode.GRAY,
+            decoded = decode_jpeg([jpeg_data(file) for file in files], mode=READ_MODES[self.source.mode],
                                   device=device)
         except RuntimeError:
             images, labels = self.views_of_files(positions, generator)
@@ -139,17 +148,19 @@ class ImageDataset(Dataset):
         boxes = boxes.to(device)
         views = torch.cat([resized_crops(image[None], boxes[i:i + 1], self.view.size)
                            for i, image in enumerate(decoded)])
-        labels = torch.tensor([int(self.source.labels[index]) for _, index, _ in opened])
+        labels = torch.tensor([int(self.source.labels[index]) for _, index, _, _ in opened])
+        views = (views * 255).round_().to(torch.uint8)  # uint8, as the CPU path's views of files
         return mirrored(views, None if flips is None else flips.to(device)), labels
 
-    def open(self, position: int) -> tuple[int, int, Image.Image]:
-        """(position, source index, opened image) of the image at ``position`` or, where it cannot be opened, of the
-        next one that can."""
+    def open(self, position: int) -> tuple[int, int, bytes, Image.Image]:
+        """(position, source index, file, the file opened) of the image at ``position`` or, where it cannot be read
+        or opened, of the next one that can."""
         for offset in range(len(self)):
             at = (position + offset) % len(self)
             index = int(self.indices[at])
             try:
-                return at, index, self.source.open(index)
+                file = self.source.encoded(index)
+                return at, index, file, open_image(file)
             except UndecodableImage as error:
                 self.record_failure(index, error)
         raise AssertionError("unreachable: record_failure raises once every image has failed")

@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-from PIL import Image
 
 from mpp.config import DataError
-from mpp.data.image_source import FileSource, open_image
+from mpp.data.image_source import FileSource, read_file
 
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 LAYOUT = "folder: expects <dir>/<class name>/<image files> (jpg, png, ...)"
@@ -65,11 +64,8 @@ class ImageFolderSource(FileSource):
         self.labels = torch.tensor(labels)
         self.description = f"image folder {root} ({len(self.files)} images, {len(self.class_names)} classes)"
 
-    def open(self, index: int) -> Image.Image:
-        return open_image(self.files[index])
-
     def encoded(self, index: int) -> bytes:
-        return self.files[index].read_bytes()
+        return read_file(self.files[index])
 
     def name(self, index: int) -> str:
         return str(self.files[index])

@@ -4,7 +4,7 @@ Two kinds, by how images are stored:
 - ``BatchSource``: every image of the split has the same size and a whole batch comes out of one tensor operation
   (arrays in memory: Fashion-MNIST, CIFAR; the rendered shapes).
 - ``FileSource``: images are encoded files of any size, decoded one at a time (image folders, Hugging Face datasets);
-  a file that cannot be decoded raises ``UndecodableImage``, which the dataset counts and skips.
+  a file that cannot be read or decoded raises ``UndecodableImage``, which the dataset counts and skips.
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Union
 
+import numpy as np
 import torch
 from PIL import Image
+from torchvision.io import ImageReadMode, decode_jpeg
 
 from mpp.config import DataError
 
@@ -51,13 +53,9 @@ class FileSource(ImageSource):
     mode: str  # what images are decoded to: "RGB" or "L"
 
     @abstractmethod
-    def open(self, index: int) -> Image.Image:
-        """Image ``index`` opened (``open_image``): its size is known, its pixels are decoded by the view, which can
-        then decode only what its crop needs; raises ``UndecodableImage``."""
-
-    @abstractmethod
     def encoded(self, index: int) -> bytes:
-        """Image ``index``'s file, undecoded (for decoding elsewhere: ``data.decode=gpu``)."""
+        """Image ``index``'s file, undecoded: the view opens it (``open_image``) to learn its size, then decodes only
+        what its crop needs; raises ``UndecodableImage`` when the file cannot be read."""
 
     @abstractmethod
     def name(self, index: int) -> str:
@@ -77,6 +75,13 @@ class ArraySource(BatchSource):
         return self.array[index]
 
 
+def read_file(path: Union[str, Path]) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as error:  # gone, or unreadable, since the source was listed
+        raise UndecodableImage(str(error)) from error
+
+
 def open_image(file: Union[str, Path, bytes]) -> Image.Image:
     """An encoded image (path or bytes, any format PIL reads), opened: its header read, its pixels not yet."""
     try:
@@ -94,14 +99,51 @@ def decode(image: Image.Image, mode: str) -> Image.Image:
         raise UndecodableImage(str(error)) from error
 
 
-def decode_for_crop(image: Image.Image, box: list[float], size: int, mode: str) -> tuple[Image.Image, list[float]]:
-    """An opened image, decoded at the coarsest scale that keeps ``box`` (x0 y0 x1 y1) at least ``size`` pixels each
-    way, and the box in the decoded image's pixels. A JPEG decodes at 1/2, 1/4 or 1/8 scale in the DCT domain
-    (PIL's ``draft``) for a fraction of a full decode's work; other formats, and images already decoded, whole."""
+def draft_for_crop(image: Image.Image, box: list[float], size: int, mode: str) -> list[float]:
+    """Sets an opened JPEG to decode at the coarsest scale that keeps ``box`` (x0 y0 x1 y1) at least ``size`` pixels
+    each way, 1/2, 1/4 or 1/8 in the DCT domain (PIL's ``draft``), for a fraction of a full decode's work; returns
+    the box in the pixels it will decode to. Other formats, and images already decoded, are left whole."""
     x0, y0, x1, y1 = box
     width, height = image.size
     drafted = image.draft(mode, (math.ceil(width * size / max(x1 - x0, 1)), math.ceil(height * size / max(y1 - y0, 1))))
-    if drafted is not None:  # the decoded image's pixel i covers the original's [i, i + 1) x scale
-        scale = width / drafted[1][2]  # draft's box: the whole original image, in the decoded image's pixels
-        box = [coordinate / scale for coordinate in box]
+    if drafted is None:
+        return box
+    scale = width / drafted[1][2]  # draft's box: the whole original image, in the decoded image's pixels
+    return [coordinate / scale for coordinate in box]  # the decoded pixel i covers the original's [i, i + 1) x scale
+
+
+def decode_for_crop(image: Image.Image, box: list[float], size: int, mode: str) -> tuple[Image.Image, list[float]]:
+    """An opened image decoded at the coarsest scale its ``box`` allows (``draft_for_crop``), and the box in the
+    decoded image's pixels."""
+    box = draft_for_crop(image, box, size, mode)
     return decode(image, mode), box
+
+
+def pixels_for_crop(file: bytes, image: Image.Image, box: list[float], size: int, mode: str
+                    ) -> tuple[torch.Tensor, list[float]]:
+    """``decode_for_crop`` as (c h w) uint8 pixels (channels last in memory). A JPEG that decodes at full scale goes
+    to torchvision's decoder (libjpeg-turbo, as PIL's, without PIL's image object: 0.68 against 0.92 ms for an
+    ImageNet-sized photo, ``python -m mpp.benchmark.loading``); a drafted JPEG, and every other format, to PIL. (torchvision 0.29 marks its decoders deprecated
+    in favour of TorchCodec, which is not a dependency here.)"""
+    drafted = draft_for_crop(image, box, size, mode)
+    if image.format == "JPEG" and drafted == box:
+        return decoded_jpeg(file, mode), box
+    decoded = decode(image, mode)
+    pixels = torch.from_numpy(np.array(decoded)).view(decoded.height, decoded.width, -1)  # (h w c)
+    return pixels.permute(2, 0, 1), drafted
+
+
+READ_MODES = {"RGB": ImageReadMode.RGB, "L": ImageReadMode.GRAY}
+
+
+def decoded_jpeg(file: bytes, mode: str) -> torch.Tensor:
+    """(c h w) uint8 pixels of a JPEG file, by torchvision on the CPU; a broken or truncated file raises
+    ``UndecodableImage``."""
+    try:
+        return decode_jpeg(jpeg_data(file), mode=READ_MODES[mode])
+    except RuntimeError as error:
+        raise UndecodableImage(str(error).rpartition(", ")[2]) from error  # libjpeg's words, without the C++ file
+
+
+def jpeg_data(file: bytes) -> torch.Tensor:
+    return torch.frombuffer(bytearray(file), dtype=torch.uint8)  # a writable copy: torch refuses to wrap bytes

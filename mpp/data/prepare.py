@@ -33,7 +33,7 @@ import torch
 from PIL import Image
 
 from mpp.config import DataConfig, DataError, RunError, build_config
-from mpp.data.image_source import FileSource, ImageSource, UndecodableImage, decode_for_crop
+from mpp.data.image_source import FileSource, ImageSource, UndecodableImage, decode_for_crop, open_image
 from mpp.data.sources import open_source
 
 RECORD = "prepared.json"
@@ -73,7 +73,7 @@ def encoded(image: Image.Image, quality: int) -> bytes:
 def source_image(source: ImageSource, index: int) -> Image.Image:
     """Image ``index`` of a source: a file opened (``UndecodableImage`` if it cannot be), or an array as an image."""
     if isinstance(source, FileSource):
-        return source.open(index)
+        return open_image(source.encoded(index))
     pixels = source.images(torch.tensor([index]))[0]  # (c h w)
     if pixels.dtype != torch.uint8:
         pixels = (pixels * 255).round().to(torch.uint8)

@@ -56,7 +56,7 @@ class ImageClassifier(ImageEncoder):
         return {f"encoder.{name}" for name in self.encoder.no_weight_decay()}
 
     def forward(self, images: torch.Tensor, labels: torch.Tensor) -> ClassifierOutput:
-        """(b c h w) raw images in [0, 1], (b) class indices."""
+        """(b c h w) raw images (uint8, or float in [0, 1]), (b) class indices."""
         logits = self.head(self.features(images))
         loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.cfg.label_smoothing)
         accuracy = (logits.argmax(dim=-1) == labels).float().mean()

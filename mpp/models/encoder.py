@@ -56,9 +56,16 @@ def create_encoder(cfg: ModelConfig) -> VisionTransformer:
     return encoder
 
 
+def unit_interval(images: torch.Tensor) -> torch.Tensor:
+    """Raw images as float in [0, 1]: uint8 ones (decoded files, which the loader hands on as they are, a quarter of
+    the bytes of floats) scaled on whatever device they reached, float ones unchanged."""
+    return images.float().div_(255) if images.dtype == torch.uint8 else images
+
+
 class InputNormalisation(nn.Module):
-    """(b c h w) raw images in [0, 1] -> the encoder's input, ``(x - mean) / std`` per channel. The models take raw
-    images because MPP's targets come from the unnormalised pixels; a grey image (one channel) is repeated."""
+    """(b c h w) raw images, uint8 or float in [0, 1] -> the encoder's input, ``(x - mean) / std`` per channel. The
+    models take raw images because MPP's targets come from the unnormalised pixels; a grey image (one channel) is
+    repeated."""
 
     def __init__(self, mean: Sequence[float], std: Sequence[float], channels: int) -> None:
         super().__init__()
@@ -71,7 +78,7 @@ class InputNormalisation(nn.Module):
         self.register_buffer("std", torch.tensor(std).view(1, -1, 1, 1), persistent=False)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return (images.expand(-1, self.mean.shape[1], -1, -1) - self.mean) / self.std
+        return (unit_interval(images).expand(-1, self.mean.shape[1], -1, -1) - self.mean) / self.std
 
 
 def count_parameters(module: torch.nn.Module) -> int:
@@ -84,9 +91,9 @@ def pooled_features(tokens: torch.Tensor, pool: Pooling, prefix_tokens: int = 1)
 
 
 class ImageEncoder(nn.Module):
-    """(b c h w) raw images in [0, 1] -> (b d) features: normalised, through timm's ViT (``forward_features``: its
-    blocks and final norm), pooled. The models built on it (MPP, the classifier) keep the ViT as ``encoder``, so
-    their weights are ``encoder.<timm's names>``; evaluation uses it as it is, frozen."""
+    """(b c h w) raw images (uint8, or float in [0, 1]) -> (b d) features: normalised, through timm's ViT
+    (``forward_features``: its blocks and final norm), pooled. The models built on it (MPP, the classifier) keep the
+    ViT as ``encoder``, so their weights are ``encoder.<timm's names>``; evaluation uses it as it is, frozen."""
 
     def __init__(self, encoder: VisionTransformer, normalise: InputNormalisation, pool: Pooling = "token") -> None:
         super().__init__()

@@ -15,7 +15,7 @@ from torch import nn
 
 from mpp.config import MPPConfig
 from mpp.models.corruption import Corruption, corrupt_patch_embeddings, draw_corruption, select_patches
-from mpp.models.encoder import ImageEncoder, InputNormalisation
+from mpp.models.encoder import ImageEncoder, InputNormalisation, unit_interval
 from mpp.models.targets import TARGETS, num_colour_classes
 
 
@@ -88,10 +88,12 @@ class MaskedPatchPredictor(ImageEncoder):
         labels: Optional[torch.Tensor] = None,
         corruption: Optional[Corruption] = None,
     ) -> MPPOutput:
-        """One MPP pass over raw images (b c h w) in [0, 1]. Labels are ignored: the objective is self-supervised.
+        """One MPP pass over raw images (b c h w), uint8 or float in [0, 1]. Labels are ignored: the objective is
+        self-supervised.
 
         A fresh corruption is drawn unless one is given.
         """
+        images = unit_interval(images)  # once, for both the encoder's input and the targets
         if corruption is None:
             corruption = self.draw_corruption(images.shape[0])
         tokens = self.encode(images, corruption)

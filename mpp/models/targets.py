@@ -2,9 +2,9 @@
 (``PatchTarget``), owning the prediction head's size, the targets, the loss and the colour classes its accuracy is
 scored on; ``mpp.target`` picks one from ``TARGETS``.
 
-All targets come from the unnormalised image in [0, 1]. Patches are numbered row by row, as timm's patch embedding
-flattens its grid, so target ``i`` belongs to token ``i``. A grayscale image counts as RGB with equal channels, so
-the class space stays ``2 ** (3 * bits)`` whatever the input.
+All targets come from the unnormalised image in [0, 1] (a uint8 one scaled first). Patches are numbered row by row,
+as timm's patch embedding flattens its grid, so target ``i`` belongs to token ``i``. A grayscale image counts as RGB
+with equal channels, so the class space stays ``2 ** (3 * bits)`` whatever the input.
 """
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ import torch.nn.functional as F
 from einops import rearrange, repeat
 
 from mpp.config import ConfigError, MPPConfig
+from mpp.models.encoder import unit_interval
 
 
 def as_rgb(images: torch.Tensor) -> torch.Tensor:
-    """(b c h w) with c = 1 or 3 -> (b 3 h w); grayscale channels replicated (a view, no copy)."""
+    """(b c h w) raw images with c = 1 or 3 -> (b 3 h w) in [0, 1]; grayscale channels replicated (a view)."""
     if images.shape[1] not in (1, 3):
         raise ValueError(f"colour targets need 1 or 3 channels, got images of shape {tuple(images.shape)}")
-    return images.expand(-1, 3, -1, -1)
+    return unit_interval(images).expand(-1, 3, -1, -1)
 
 
 def num_colour_classes(bits: int) -> int:
