@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, NamedTuple, Optional
 
 import yaml
+from accelerate.tracking import LOGGER_TYPE_TO_CLASS
 
 
 class RunError(Exception):
@@ -48,6 +49,12 @@ class ModelConfig:
     in_chans: int = 3
     drop_path_rate: float = 0.0  # stochastic depth
     dropout: float = 0.0  # after adding position embeddings and after every dense layer but qkv (App. B.1)
+    # Recompute each block's activations in the backward pass instead of keeping them (timm's
+    # set_grad_checkpointing): the same loss and gradients, with activation memory of one block instead of all, for
+    # about a third more compute. For large ViTs on small GPUs; a resume may switch it.
+    grad_checkpointing: bool = False
+
+    FREE_ON_RESUME: ClassVar[tuple[str, ...]] = ("grad_checkpointing",)  # memory and speed only, not the results
 
     def __post_init__(self) -> None:
         if self.img_size is not None and self.patch_size is not None and self.img_size % self.patch_size:
@@ -180,12 +187,20 @@ class RuntimeConfig:
     # process that vanished without closing its connections, e.g. with its machine). Above the longest pause of one
     # process: the main process writing a checkpoint, a first compilation.
     collective_timeout_s: int = 1800
+    # Experiment trackers, any that accelerate supports (wandb, mlflow, aim, comet_ml, ...) whose package is
+    # installed, each configured as its package reads it (e.g. WANDB_PROJECT). TensorBoard is always one of them:
+    # the run directory keeps its events and pictures.
+    log_with: tuple[str, ...] = ("tensorboard",)
 
     section: ClassVar[str] = ""  # the config key this is read from, for messages
 
     def __post_init__(self) -> None:
         if self.collective_timeout_s < 1:
             raise ConfigError(f"{self.section}.collective_timeout_s={self.collective_timeout_s} must be at least 1")
+        unknown = [name for name in self.log_with if name not in LOGGER_TYPE_TO_CLASS]
+        if unknown:
+            raise ConfigError(f"{self.section}.log_with names {', '.join(unknown)}, which accelerate does not track "
+                              f"with; choose from {', '.join(LOGGER_TYPE_TO_CLASS)}")
 
 
 @dataclass
@@ -613,9 +628,10 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
         return value
     if origin is tuple:
         items = yaml.safe_load(value) if isinstance(value, str) else value
-        if not isinstance(items, (list, tuple)):
-            raise ConfigError(f"{key}={value!r} must be a list, e.g. {key}=[0.5,0.5,0.5]")
         item_type = args[0]
+        if not isinstance(items, (list, tuple)):
+            example = f"[{items}]" if item_type is str else "[0.5,0.5,0.5]"
+            raise ConfigError(f"{key}={value!r} must be a list, e.g. {key}={example}")
         if args[-1] is not Ellipsis and len(items) != len(args):
             raise ConfigError(f"{key}={value!r} must have {len(args)} items")
         return tuple(_coerce(item, item_type, key) for item in items)

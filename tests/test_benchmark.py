@@ -30,8 +30,9 @@ def test_the_benchmark_measures_each_row_and_writes_the_table(tmp_path, capsys):
     preset = tmp_path / "tiny.yaml"
     preset.write_text(yaml.safe_dump({"model": TINY_MODEL}))
     results = main(["--config", str(preset), "--batch", "4", "--steps", "1", "--repeats", "3", "--warmup", "1",
-                    "--json", str(tmp_path / "table.json")])
-    expected = {"supervised", "mpp"} | ({"vit-pytorch"} if peer_available() else set())
+                    "--grad-checkpointing", "--json", str(tmp_path / "table.json")])
+    expected = {"supervised", "mpp", "supervised + grad checkpointing", "mpp + grad checkpointing"}
+    expected |= {"vit-pytorch"} if peer_available() else set()
     assert set(results["rows"]) == expected
     for row in results["rows"].values():
         assert row["peak_memory_bytes"] > 0 and row["training_flops_per_image"] > 0

@@ -82,6 +82,9 @@ def test_resuming_with_another_model_or_objective_is_refused(tmp_path):
     config = build_config(MPPRunConfig, overrides=["model.depth=2"])
     checkpoint = save_checkpoint(accelerator, tmp_path, 1, config, keep=1)
     check_resume_compatible(checkpoint, build_config(MPPRunConfig, overrides=["model.depth=2", "train.steps=9"]))
+    # memory, not results: out of memory, a run resumes with gradient checkpointing
+    check_resume_compatible(checkpoint, build_config(MPPRunConfig, overrides=["model.depth=2",
+                                                                              "model.grad_checkpointing=true"]))
     changed = build_config(MPPRunConfig, overrides=["model.depth=3", "mpp.target=pixels"])
     with pytest.raises(ConfigError, match=r"model.depth: 2 in the checkpoint, 3 now(.|\n)*mpp.target"):
         check_resume_compatible(checkpoint, changed)

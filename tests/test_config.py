@@ -61,6 +61,8 @@ def test_unknown_key_is_an_error_that_lists_the_valid_ones(tmp_path):
         ("model.img_size=30", "not divisible by model.patch_size"),
         ("train.betas=[0.9]", "must have 2 items"),
         ("train.collective_timeout_s=0", "train.collective_timeout_s=0 must be at least 1"),
+        ("train.log_with=[tensorboard,weights]", "names weights, which accelerate does not track with; choose from"),
+        ("train.log_with=wandb", r"must be a list, e.g. train.log_with=\[wandb\]"),
         ("steps", "not of the form key=value"),
     ],
 )
@@ -97,3 +99,17 @@ def test_resume_flag_means_resume_auto():
     tiny = Path(__file__).parents[1] / "recipes" / "configs" / "mpp_tiny_cpu.yaml"
     cfg = parse_command_line(MPPRunConfig, ["--resume", "seed=3"], tiny, description="")
     assert cfg.resume == "auto" and cfg.seed == 3
+
+
+def test_trackers_add_to_tensorboard_and_a_missing_package_is_named(monkeypatch):
+    import accelerate.utils
+
+    from mpp.run.session import trackers
+
+    assert trackers(build_config(MPPRunConfig).train) == ["tensorboard"]
+    monkeypatch.setattr(accelerate.utils, "is_mlflow_available", lambda: True)
+    with_mlflow = build_config(MPPRunConfig, overrides=["train.log_with=[mlflow]"]).train
+    assert trackers(with_mlflow) == ["tensorboard", "mlflow"]
+    monkeypatch.setattr(accelerate.utils, "is_wandb_available", lambda: False)
+    with pytest.raises(ConfigError, match="log_with names wandb, whose package is not installed: pip install wandb"):
+        trackers(build_config(MPPRunConfig, overrides=["train.log_with=[mlflow,wandb]"]).train)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import timm
 import torch
+from PIL import Image
 from safetensors.torch import save_file
 
 from mpp.config import ConfigError
@@ -102,3 +104,23 @@ def test_an_init_that_is_not_there_or_not_finished_says_what_to_pass(tmp_path):
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     with pytest.raises(ConfigError, match="has not finished: resume it, or pass init=<its checkpoint>/model"):
         read_pretrained(str(tmp_path / "run"))
+
+
+def test_the_export_loads_in_transformers_with_timms_features_and_the_recorded_input(tiny_model_config, tmp_path):
+    from transformers import AutoImageProcessor, AutoModel, AutoModelForImageClassification
+
+    mean, std = (0.4, 0.45, 0.5), (0.2, 0.25, 0.3)
+    export_encoder(create_encoder(tiny_model_config), tmp_path / "export", mean, std, tag="mpp")
+    folder = str(tmp_path / "export")
+    timm_encoder = timm.create_model(f"local-dir:{folder}", pretrained=True).eval()
+    assert timm_encoder.num_classes == 0  # timm still reads it as before
+    images = torch.rand(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    features = AutoModel.from_pretrained(folder).eval()(pixel_values=images).last_hidden_state
+    assert torch.allclose(features, timm_encoder.forward_features(images), atol=1e-6)
+    classifier = AutoModelForImageClassification.from_pretrained(folder, num_labels=5).eval()
+    assert classifier(pixel_values=images).logits.shape == (2, 5)
+    # the processor normalises as training did: an image already at the model's size is only normalised
+    pixels = torch.randint(0, 256, (16, 16, 3), generator=torch.Generator().manual_seed(1), dtype=torch.uint8)
+    processed = AutoImageProcessor.from_pretrained(folder)(Image.fromarray(pixels.numpy()), return_tensors="pt")
+    expected = (pixels.permute(2, 0, 1) / 255 - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]
+    assert torch.allclose(processed["pixel_values"][0], expected, atol=1e-5)

@@ -1,7 +1,8 @@
 """How fast MPP trains against its ceiling and its peer: training images per second, peak memory and model FLOPs
 utilisation of one training step (forward, backward, clipping, fused AdamW) on synthetic images.
 
-    python -m mpp.benchmark [--config recipes/configs/<mpp preset>.yaml] [--batch N] [--precision bf16] [--json FILE]
+    python -m mpp.benchmark [--config recipes/configs/<mpp preset>.yaml] [--batch N] [--precision bf16]
+                            [--grad-checkpointing] [--json FILE]
 
 Rows, all on the preset's encoder, image size and batch:
 - supervised: the same timm ViT with a classification head (1,000 classes). Every patch goes through the encoder, as
@@ -11,6 +12,8 @@ Rows, all on the preset's encoder, image size and batch:
   those 80% [mask], 10% a random patch, 10% unchanged). Measured when ``vit_pytorch`` is importable:
   ``pip install vit-pytorch==1.16.0``, the newest release whose MPP still runs with its ViT (from 1.16.1 its ViT's
   [class] token is 2-D and MPP's ``repeat`` fails).
+- with ``--grad-checkpointing``, also supervised and mpp with ``model.grad_checkpointing=true``: the memory that
+  recomputing each block's activations in the backward pass saves, and the time it costs.
 
 Each row runs in a process of its own, so its peak memory is its own: CUDA's peak allocation on a GPU, the
 process's peak resident set on a CPU (which includes the ~0.5 GB of the imported libraries). The processes live
@@ -26,6 +29,7 @@ the device's dense bf16 peak where it is known.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import multiprocessing
 import resource
@@ -46,6 +50,7 @@ from mpp.training.optimizer import create_optimizer
 DEFAULT_PRESET = Path("recipes/configs/mpp_tiny_cpu.yaml")  # from the repository root, as the README runs it
 PEER_VERSION = "1.16.0"
 ROWS = ("supervised", "mpp", "vit-pytorch")
+CHECKPOINTED = " + grad checkpointing"  # a row's model with model.grad_checkpointing=true (--grad-checkpointing)
 PEAK_BF16_FLOPS = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}  # dense, SXM; matched in the device name
 
 
@@ -63,6 +68,9 @@ class PeerMPP(torch.nn.Module):
 def build_model(row: str, run: MPPRunConfig) -> torch.nn.Module:
     """The model a row trains: ``model(images, labels)`` on raw (b c h w) images in [0, 1] gives the loss (or an
     output holding it)."""
+    if row.endswith(CHECKPOINTED):
+        run = dataclasses.replace(run, model=dataclasses.replace(run.model, grad_checkpointing=True))
+        row = row.removesuffix(CHECKPOINTED)
     if row == "vit-pytorch":
         return PeerMPP(peer_mpp(run))
     from mpp.models.classifier import ImageClassifier
@@ -227,11 +235,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--repeats", type=int, default=5, help="timings; the median is reported")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps first")
     parser.add_argument("--compile", action="store_true", help="torch.compile each model")
+    parser.add_argument("--grad-checkpointing", action="store_true",
+                        help="also the supervised and MPP rows with model.grad_checkpointing=true")
     parser.add_argument("--json", type=Path, help="also write the table here")
     args = parser.parse_args(argv)
     run = build_config(MPPRunConfig, args.config)
     batch = args.batch or run.train.micro_batch_size or run.train.global_batch_size
     rows = [row for row in ROWS if row != "vit-pytorch" or peer_available()]
+    rows += [row + CHECKPOINTED for row in ("supervised", "mpp") if args.grad_checkpointing]
     measured = measure_interleaved(rows, (str(args.config), batch, args.precision, args.warmup, args.compile), batch,
                                    args.steps, args.repeats)
     results: dict[str, Any] = {"preset": str(args.config), "batch_size": batch, "precision": args.precision,

@@ -47,6 +47,7 @@ def create_encoder(cfg: ModelConfig) -> VisionTransformer:
     encoder = timm.create_model(cfg.name, pretrained=False, **encoder_kwargs(cfg))
     if not isinstance(encoder, VisionTransformer):
         raise ConfigError(f"model.name={cfg.name!r} builds a {type(encoder).__name__}, not a VisionTransformer")
+    encoder.set_grad_checkpointing(cfg.grad_checkpointing)
     img_size, patch_size = encoder.patch_embed.img_size, encoder.patch_embed.patch_size
     if img_size[0] % patch_size[0] or img_size[1] % patch_size[1]:
         raise ConfigError(

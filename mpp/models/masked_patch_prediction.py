@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
 import torch
+from timm.models import checkpoint_seq
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
@@ -70,7 +71,7 @@ class MaskedPatchPredictor(ImageEncoder):
         x = encoder._pos_embed(x)
         x = encoder.patch_drop(x)
         x = encoder.norm_pre(x)
-        x = encoder.blocks(x)
+        x = checkpoint_seq(encoder.blocks, x) if encoder.grad_checkpointing else encoder.blocks(x)
         x = encoder.norm(x)
         return x[:, encoder.num_prefix_tokens :]
 

@@ -177,10 +177,14 @@ def input_normalisation(pretrained: Optional[PretrainedEncoder], mean: tuple[flo
 
 
 def export_encoder(
-    encoder: VisionTransformer, directory: Path, mean: Sequence[float], std: Sequence[float], tag: str
+    encoder: VisionTransformer, directory: Path, mean: Sequence[float], std: Sequence[float], tag: str,
+    eval_crop_fraction: float = 1.0,
 ) -> None:
-    """Write the encoder in timm's hub format, with the normalisation it was trained with in its pretrained_cfg.
-    What is written is a copy on the host: an accelerator's tensors (XLA's) cannot be written as they are."""
+    """Write the encoder in timm's hub format, which timm (``local-dir:``) and transformers (``AutoModel``, through
+    its TimmWrapper) both load, with the input it was trained on in its pretrained_cfg: the normalisation, and the
+    evaluation view (bilinear resize, centre crop of ``eval_crop_fraction`` of the short side) for image
+    processors. What is written is a copy on the host: an accelerator's tensors (XLA's) cannot be written as they
+    are."""
     partial = directory.with_name(directory.name + PARTIAL_SUFFIX)
     shutil.rmtree(partial, ignore_errors=True)
     save_for_hf(
@@ -188,8 +192,16 @@ def export_encoder(
         str(partial),
         model_config={"pretrained_cfg": {"tag": tag, "license": None}},
         safe_serialization=True,
-        data_config={"mean": tuple(mean), "std": tuple(std)},
+        data_config={"mean": tuple(mean), "std": tuple(std), "crop_pct": eval_crop_fraction,
+                     "interpolation": "bilinear"},
     )
+    config_path = partial / "config.json"
+    config = json.loads(config_path.read_text())
+    # timm records num_classes and global_pool both at the top level and in model_args; transformers' TimmWrapper
+    # passes num_classes to timm itself and fails on the repeat, and timm reads either from the top level.
+    config["model_args"] = {key: value for key, value in config.get("model_args", {}).items()
+                            if key not in ("num_classes", "global_pool")}
+    config_path.write_text(json.dumps(config, indent=2))
     if directory.exists():
         shutil.rmtree(directory)
     partial.rename(directory)

@@ -18,11 +18,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import accelerate.utils
 import torch
 from accelerate import Accelerator, PartialState
 from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, parse_flag_from_env, set_seed
 
-from mpp.config import RunError, RuntimeConfig, save_config
+from mpp.config import ConfigError, RunError, RuntimeConfig, save_config
 from mpp.run.directory import CONFIG_FILE, LOG_FILE, claim_output_dir, resolve_output_dir, runs_parent, write_metrics
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -35,7 +36,7 @@ class ProcessLost(RunError):
 
 def create_accelerator(runtime: RuntimeConfig, seed: int, output_dir: str) -> Accelerator:
     """The one Accelerator of a run: mixed precision, optionally torch.compile (applied by ``prepare``), seeded data
-    order, TensorBoard in the run directory."""
+    order, TensorBoard in the run directory and any other trackers ``log_with`` names."""
     # The process group first, so that a collective waits at most runtime.collective_timeout_s. Made as accelerate's
     # PartialState documents it: its InitProcessGroupKwargs drops a timeout equal to its own default of 600 s.
     PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"),
@@ -46,10 +47,21 @@ def create_accelerator(runtime: RuntimeConfig, seed: int, output_dir: str) -> Ac
         gradient_accumulation_plugin=GradientAccumulationPlugin(sync_with_dataloader=False),  # steps: the loop's
         # Batches go to the device asynchronously from pinned memory (data.pin_memory: on with CUDA).
         dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True, data_seed=seed, non_blocking=True),
-        log_with="tensorboard",
+        log_with=trackers(runtime),
         # TensorBoard writes to <project_dir>/<run name>: the run directory itself (see Session.start).
         project_dir=str(runs_parent(output_dir)),
     )
+
+
+def trackers(runtime: RuntimeConfig) -> list[str]:
+    """TensorBoard and the trackers ``log_with`` adds, each of which must have its package installed (accelerate
+    would drop a missing one without a word)."""
+    names = list(dict.fromkeys(["tensorboard", *runtime.log_with]))
+    missing = [name for name in names if not getattr(accelerate.utils, f"is_{name}_available")()]
+    if missing:
+        raise ConfigError(f"{runtime.section}.log_with names {', '.join(missing)}, whose package is not installed: "
+                          f"pip install {' '.join(missing)}, or leave {'them' if len(missing) > 1 else 'it'} out")
+    return names
 
 
 def local_processes(accelerator: Accelerator) -> int:

@@ -235,14 +235,17 @@ def find_resume_checkpoint(resume: str, run_dir: Path) -> Optional[Path]:
 
 def check_resume_compatible(checkpoint: Path, config: TrainingRunConfig) -> None:
     """Refuse to resume a checkpoint whose model or objective differs from the current config: each section (or
-    top-level key, such as ``init``) of the config's ``RESUME_MUST_MATCH`` must be as it was."""
+    top-level key, such as ``init``) of the config's ``RESUME_MUST_MATCH`` must be as it was, but for the fields its
+    ``FREE_ON_RESUME`` names."""
     saved = yaml.safe_load((checkpoint / CONFIG_FILE).read_text())
     current = config_to_dict(config)
     changed = []
     for section in config.RESUME_MUST_MATCH:
         now, then = current[section], saved.get(section)
         if isinstance(now, dict):
-            pairs = [(f"{section}.{key}", value, (then or {}).get(key)) for key, value in now.items()]
+            free = getattr(getattr(config, section), "FREE_ON_RESUME", ())
+            pairs = [(f"{section}.{key}", value, (then or {}).get(key)) for key, value in now.items()
+                     if key not in free]
         else:
             pairs = [(section, now, then)]
         changed += [f"{key}: {old!r} in the checkpoint, {new!r} now" for key, new, old in pairs if new != old]
