@@ -82,3 +82,48 @@ def test_one_process_killed_or_frozen_ends_the_whole_run_soon_with_a_message(tmp
     assert "[rank0]: Traceback" not in stderr  # the launcher's own report of the failed process stays
     checkpoints = list_checkpoints(run_dir)
     assert checkpoints and all(checkpoint_damage(path) is None for path in checkpoints)
+
+
+@pytest.mark.parametrize("launch_flags", [["--use_fsdp"], ["--use_fsdp", "--fsdp_version", "2"], ["--multi_gpu"]],
+                         ids=["fsdp-1-on-cpu", "fsdp-2-on-cpu", "no-group"])
+def test_a_launch_accelerate_would_run_otherwise_is_refused_before_anything_is_written(tmp_path, launch_flags):
+    import subprocess
+    import sys
+
+    from tests.launching import RECIPE, ROOT, free_port
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    fsdp = "--use_fsdp" in launch_flags
+    if fsdp:  # accelerate 1.15 on CPU processes: version 1 stops on "no available devices", 2 runs unsharded
+        env["ACCELERATE_USE_CPU"] = "1"
+    else:  # without ACCELERATE_USE_CPU, on a machine without CUDA the two processes never connect
+        env.pop("ACCELERATE_USE_CPU", None)
+    command = [sys.executable, "-m", "accelerate.commands.launch", "-q", "--num_processes", "2", "--num_machines",
+               "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()),
+               *launch_flags, str(RECIPE), f"output_dir={tmp_path / 'run'}", *TINY]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode != 0
+    expected = "--use_fsdp was given, but accelerate" if fsdp else "started 2 processes, but they did not join"
+    assert f"error: accelerate launch {expected}" in result.stderr, result.stderr[-2000:]
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_mpp_model_trains_under_torchs_fsdp2_as_unsharded(tmp_path):
+    # accelerate 1.15 runs FSDP only on GPUs; torch's FSDP2 itself runs on gloo CPU processes, and the model is
+    # what accelerate would hand it.
+    import subprocess
+    import sys
+
+    from tests.launching import ROOT, free_port
+
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+               str(free_port()), str(ROOT / "tests" / "scripts" / "fsdp2_step.py"), str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = [json.loads((tmp_path / f"process_{rank}.json").read_text()) for rank in (0, 1)]
+    for rank, record in enumerate(records):
+        assert record["world_size"] == 2 and record["gradients"] > 10
+        reference_loss, sharded_loss = record["losses"]
+        assert abs(reference_loss - sharded_loss) < 1e-5 and record["largest_gradient_difference"] < 1e-5
+        assert record["pos_embed_shard"] == [1 - rank, 17, 32]  # 1 x 17 tokens: one process holds it, as sharded

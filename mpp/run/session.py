@@ -37,6 +37,11 @@ class ProcessLost(RunError):
 def create_accelerator(runtime: RuntimeConfig, seed: int, output_dir: str) -> Accelerator:
     """The one Accelerator of a run: mixed precision, optionally torch.compile (applied by ``prepare``), seeded data
     order, TensorBoard in the run directory and any other trackers ``log_with`` names."""
+    if parse_flag_from_env("ACCELERATE_USE_FSDP") and not torch.accelerator.is_available():
+        # FSDP version 1 would stop on "no available devices", version 2 run unsharded as MULTI_CPU
+        raise ConfigError(f"accelerate launch --use_fsdp was given, but accelerate {accelerate.__version__} shards "
+                          "with FSDP only across GPUs (and other accelerators), and this machine has none; drop "
+                          "--use_fsdp here (ACCELERATE_USE_CPU=1 --multi_gpu runs data parallel), or launch on GPUs")
     # The process group first, so that a collective waits at most runtime.collective_timeout_s. Made as accelerate's
     # PartialState documents it: its InitProcessGroupKwargs drops a timeout equal to its own default of 600 s.
     PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"),
@@ -62,6 +67,17 @@ def trackers(runtime: RuntimeConfig) -> list[str]:
         raise ConfigError(f"{runtime.section}.log_with names {', '.join(missing)}, whose package is not installed: "
                           f"pip install {' '.join(missing)}, or leave {'them' if len(missing) > 1 else 'it'} out")
     return names
+
+
+def check_joined(accelerator: Accelerator) -> None:
+    """Refuse processes that accelerate started but did not connect, before anything is written."""
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched > 1 and accelerator.num_processes == 1:  # each would run alone, all on the same run directory
+        raise ConfigError(
+            f"accelerate launch started {launched} processes, but they did not join into one run (without a GPU, "
+            "accelerate does not connect them): on a CPU-only machine launch with ACCELERATE_USE_CPU=1 and "
+            "--multi_gpu, see README, Devices"
+        )
 
 
 def local_processes(accelerator: Accelerator) -> int:
@@ -107,6 +123,7 @@ class Session:
         self.config = config
         self.runtime = runtime
         self.accelerator = create_accelerator(runtime, config.seed, config.output_dir)
+        check_joined(self.accelerator)
         configure_logging()
         self.run_dir = resolve_output_dir(config.output_dir, prefix)
         set_seed(config.seed)
