@@ -18,7 +18,7 @@ from mpp.config import DataError
 from mpp.data.image_source import BatchSource
 
 SPLIT_SIZES = {"train": 50_000, "test": 10_000}
-NOISE_PATTERNS = 16  # pixel-noise images shared round-robin: texture only, so a few suffice
+NOISE_PATTERNS = 16  # pixel-noise images, one drawn at random per image: texture only, so a few suffice
 
 
 @dataclass
@@ -112,9 +112,15 @@ class ShapesSource(BatchSource):
         size = SPLIT_SIZES[split]
         self.labels = torch.arange(size) % len(SHAPE_NAMES)  # classes exactly balanced
         self.params = draw_shape_params(size, generator)
-        self.noise = torch.randn(NOISE_PATTERNS, 3, image_size, image_size, generator=generator)
+        # Nothing but the shape may tell the class: the noise patterns are the same for every split (their own
+        # stream, apart from the splits' 2 * seed + k), and each image's pattern is drawn independently of its label.
+        # (Pattern i % 16 for image i once fixed its label i % 8, and each split had patterns of its own: a linear
+        # probe read the label off the noise on the training split and scored chance on the test split.)
+        self.noise = torch.randn(NOISE_PATTERNS, 3, image_size, image_size,
+                                 generator=torch.Generator().manual_seed(2**32 + seed))
+        self.noise_pattern = torch.randint(NOISE_PATTERNS, (size,), generator=generator)
         self.description = f"shapes {split} ({size} images rendered at {image_size}x{image_size})"
 
     def images(self, index: torch.Tensor) -> torch.Tensor:
         return render_shapes(self.labels[index], self.params.select(index), self.image_size,
-                             self.noise[index % NOISE_PATTERNS])
+                             self.noise[self.noise_pattern[index]])
