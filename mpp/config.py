@@ -127,7 +127,8 @@ class DataConfig:
     num_workers: Optional[int] = None
     pin_memory: Optional[bool] = None  # null: on when training on a GPU
     prefetch_factor: int = 2  # batches each worker loads ahead
-    # Where files are decoded: "cpu" (PIL, in the loader's workers) or "gpu" (nvJPEG, batched, in the main process)
+    # Where files are decoded: "cpu" (torchvision's or PIL's decoder, in the loader's workers) or "gpu" (nvJPEG,
+    # batched, in the main process)
     decode: Literal["cpu", "gpu"] = "cpu"
     # Normalisation applied to the encoder's input; recorded in the exported encoder's pretrained_cfg.
     mean: tuple[float, ...] = (0.5, 0.5, 0.5)
