@@ -34,6 +34,9 @@ class DataError(ConfigError):
 
 
 Pooling = Literal["token", "avg"]  # the [class] token's output after the final norm, or the patch tokens' mean (D.3)
+# What a frozen evaluation reads: a pooling of the encoder's output, or "pixels", the normalised input image itself
+# (no encoder): the raw-pixel baseline that every accuracy should be read against.
+FrozenFeatures = Literal["token", "avg", "pixels"]
 
 
 @dataclass
@@ -381,7 +384,7 @@ class FinetuneRunConfig(TrainingRunConfig):
 class EvaluationConfig(RuntimeConfig):
     """How an encoder is evaluated frozen (eval/)."""
 
-    features: Pooling = "token"  # what the protocols read
+    features: FrozenFeatures = "token"  # what the protocols read
     batch_size: int = 256  # images per forward pass and process, extracting features
     # Features are cached under a fingerprint of the encoder's weights and the images: a folder shared between
     # runs (e.g. runs/feature-cache) extracts each encoder's features once. Empty: <output_dir>/features.
@@ -506,19 +509,27 @@ class ReproductionConfig:
     mpp_preset: str = "recipes/configs/mpp_fashion_mnist_cpu.yaml"
     supervised_preset: str = "recipes/configs/supervised_fashion_mnist_cpu.yaml"
     finetune_preset: str = "recipes/configs/finetune_fashion_mnist_cpu.yaml"
-    few_shot_preset: str = "recipes/configs/eval_fashion_mnist_cpu.yaml"
+    eval_preset: str = "recipes/configs/eval_fashion_mnist_cpu.yaml"  # few-shot and the raw-pixel baselines
+    data: tuple[str, ...] = ()  # every run: the dataset, where it differs from the presets' (data.source, .mean, ...)
     encoder: tuple[str, ...] = ()  # every run: the one encoder all rows share (model.*)
     pretraining: tuple[str, ...] = ()  # the MPP and supervised runs (train.*, data.*, monitor.*)
     mpp: tuple[str, ...] = ()  # the MPP runs only, before each variant's own target and corruption rate
     finetune: tuple[str, ...] = ()
     few_shot: tuple[str, ...] = ()
+    linear_probe: tuple[str, ...] = ()  # the raw-pixel baselines: logistic regression ...
+    knn: tuple[str, ...] = ()  # ... and kNN
+    # Where the results are published once the experiment is done: a folder that gets copies of results.md,
+    # results.json and the plots, and a Markdown file whose section between "<!-- results: <name> -->" and
+    # "<!-- /results: <name> -->" (name: output_dir's last part) is replaced by the tables. Empty: neither.
+    publish_dir: str = ""
+    readme: str = ""
 
     def __post_init__(self) -> None:
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ConfigError(f"seeds={list(self.seeds)} must list at least one seed, each once")
         if self.parallel_runs < 1:
             raise ConfigError(f"parallel_runs={self.parallel_runs} must be at least 1")
-        for name in ("mpp_preset", "supervised_preset", "finetune_preset", "few_shot_preset"):
+        for name in ("mpp_preset", "supervised_preset", "finetune_preset", "eval_preset"):
             if not Path(getattr(self, name)).is_file():
                 raise ConfigError(f"{name}={getattr(self, name)} does not exist; give a preset from recipes/configs/ "
                                   "(paths are relative to the current directory)")

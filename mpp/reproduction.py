@@ -3,8 +3,10 @@
 Four claims: MPP pre-training beats training from scratch after fine-tuning; it stays behind supervised
 pre-training; the L2 pixel target is slightly worse than the colour targets; a 15% corruption rate is slightly
 worse than 50%. Each row of the grid below is pre-trained (or not), then fine-tuned on a few labels and scored by
-few-shot linear regression on its frozen features, once per seed. Every run is an ordinary run of a recipe in a
-subprocess, with a command line a researcher can rerun alone, and its own run directory under ``output_dir``.
+few-shot linear regression on its frozen features, once per seed; beside them, the same protocols on the raw pixels
+(few-shot ridge regression, logistic regression, kNN) say what a model must beat. Every run is an ordinary run of a
+recipe in a subprocess, with a command line a researcher can rerun alone, and its own run directory under
+``output_dir``.
 
 An experiment that stopped is continued by running the same command again: finished runs (those with a
 ``metrics.json``) are kept, interrupted training runs resume from their checkpoints.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -27,13 +30,16 @@ from typing import Any, Optional
 import torch
 import yaml
 
-from mpp.config import ConfigError, ReproductionConfig, RunError, config_to_dict
+from mpp.config import ConfigError, FinetuneRunConfig, ReproductionConfig, RunError, build_config, config_to_dict
 from mpp.run.directory import read_metrics
 
 logger = logging.getLogger(__name__)
 SCRIPTS = {"mpp": "recipes/mpp.py", "supervised": "recipes/supervised.py", "finetune": "recipes/finetune.py",
-           "few_shot": "eval/few_shot.py"}  # relative to the repository, which the caller names
+           "few_shot": "eval/few_shot.py", "linear_probe": "eval/linear_probe.py",
+           "knn": "eval/knn.py"}  # relative to the repository, which the caller names
+EVALUATIONS = ("few_shot", "linear_probe", "knn")  # scripts of eval/: no checkpoints, the eval preset
 PLAN_FILE = "reproduce.yaml"
+ELAPSED_FILE = "elapsed.json"  # wall time of every invocation so far
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,9 @@ class Row:
     pretraining: Optional[str]  # "mpp", "supervised", or None: a randomly initialised encoder
     overrides: tuple[str, ...] = ()  # of the pre-training run
 
+
+PIXELS_ROW = "pixels"  # few-shot regression on the normalised pixels themselves: no encoder at all
+BASELINES = {"linear_probe": "logistic regression on raw pixels", "knn": "kNN on raw pixels (cosine)"}
 
 ROWS = (
     Row("scratch", "from scratch", None),
@@ -70,25 +79,35 @@ class Run:
         return output_dir / self.name
 
 
+def labelled_images_per_class(cfg: ReproductionConfig) -> int:
+    """The labelled training images per class that fine-tuning uses (``data.shots_per_class``; 0: all)."""
+    overrides = (*cfg.data, *cfg.encoder, *cfg.finetune)
+    return build_config(FinetuneRunConfig, cfg.finetune_preset, overrides).data.shots_per_class
+
+
 def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
     """Every run of the experiment, pre-training runs first, each after the run it starts from; each runs a script of
-    ``repository``."""
+    ``repository``. Beside the rows: few-shot regression on raw pixels, and logistic regression and kNN on raw pixels
+    fitted to the same labelled images as fine-tuning (each seed's) and, once, to every training image."""
     output_dir = Path(cfg.output_dir)
     launcher = list(cfg.launcher) or [sys.executable]
     threads = max(1, len(os.sched_getaffinity(0)) // cfg.parallel_runs) if not torch.cuda.is_available() else 0
     presets = {"mpp": cfg.mpp_preset, "supervised": cfg.supervised_preset, "finetune": cfg.finetune_preset,
-               "few_shot": cfg.few_shot_preset}
+               **dict.fromkeys(EVALUATIONS, cfg.eval_preset)}
     overrides = {"mpp": (*cfg.pretraining, *cfg.mpp), "supervised": cfg.pretraining, "finetune": cfg.finetune,
-                 "few_shot": cfg.few_shot}
+                 "few_shot": cfg.few_shot, "linear_probe": cfg.linear_probe, "knn": cfg.knn}
 
     def command(script: str, name: str, seed: int, *extra: str) -> tuple[str, ...]:
-        cpu = [f"{'eval' if script == 'few_shot' else 'train'}.cpu_threads={threads}"] if threads else []
+        cpu = [f"{'eval' if script in EVALUATIONS else 'train'}.cpu_threads={threads}"] if threads else []
         # A training run continues from its checkpoints; an evaluation has none and starts again.
-        again = "overwrite=true" if script == "few_shot" else "resume=auto"
-        return (*launcher, str(repository / SCRIPTS[script]), "--config", presets[script], *cfg.encoder,
-                *overrides[script], *extra, *cpu, f"seed={seed}", f"output_dir={output_dir / name}", again)
+        again = "overwrite=true" if script in EVALUATIONS else "resume=auto"
+        return (*launcher, str(repository / SCRIPTS[script]), "--config", presets[script], *cfg.data,
+                *cfg.encoder, *overrides[script], *extra, *cpu, f"seed={seed}", f"output_dir={output_dir / name}",
+                again)
 
-    pretraining, evaluation = [], []
+    pretraining, evaluation, baselines = [], [], []
+    labelled = labelled_images_per_class(cfg)
+    pixels = "eval.features=pixels"
     for seed in cfg.seeds:
         for row in ROWS:
             source = f"pretrain/{row.name}-seed{seed}" if row.pretraining else None
@@ -99,11 +118,23 @@ def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
             for stage, extra in (("finetune", (f"data.subset_seed={seed}", *init)), ("few_shot", init)):
                 name = f"{stage}/{row.name}-seed{seed}"
                 evaluation.append(Run(name, stage, command(stage, name, seed, *extra), source))
-    return pretraining + evaluation
+        name = f"few_shot/{PIXELS_ROW}-seed{seed}"
+        baselines.append(Run(name, "few_shot", command("few_shot", name, seed, pixels), None))
+        for script in BASELINES:
+            for labels, per_class in (("labelled", labelled), ("all", 0))[: 2 if seed == cfg.seeds[0] else 1]:
+                name = f"baseline/pixels-{script}-{labels}-seed{seed}"
+                extra = (pixels, f"data.shots_per_class={per_class}", f"data.subset_seed={seed}")
+                baselines.append(Run(name, "baseline", command(script, name, seed, *extra), None))
+    return pretraining + evaluation + baselines
 
 
 class RunFailed(RunError):
     """A run of the grid exited with an error."""
+
+
+# Settings an experiment may change when continued: which seeds (each seed's runs are independent of the others', so
+# an experiment at 3 seeds grows to 5 by running again with 5), how many runs at once, and where results are published.
+FREE_TO_CHANGE = ("seeds", "parallel_runs", "publish_dir", "readme")
 
 
 def claim_experiment(cfg: ReproductionConfig) -> Path:
@@ -111,9 +142,11 @@ def claim_experiment(cfg: ReproductionConfig) -> Path:
     output_dir = Path(cfg.output_dir)
     plan = output_dir / PLAN_FILE
     settings = config_to_dict(cfg)
-    if plan.is_file() and yaml.safe_load(plan.read_text()) != settings:
+    fixed = lambda values: {key: value for key, value in values.items() if key not in FREE_TO_CHANGE}  # noqa: E731
+    if plan.is_file() and fixed(yaml.safe_load(plan.read_text())) != fixed(settings):
         raise ConfigError(f"output_dir {output_dir} holds an experiment with other settings ({plan}); choose another "
-                          "output_dir, or delete that one to start again")
+                          f"output_dir, or delete that one to start again (only {', '.join(FREE_TO_CHANGE)} may "
+                          "change)")
     if not plan.is_file() and output_dir.is_dir() and any(output_dir.iterdir()):
         raise ConfigError(f"output_dir {output_dir} is not empty and holds no {PLAN_FILE}; choose another output_dir")
     (output_dir / "console").mkdir(parents=True, exist_ok=True)
@@ -180,17 +213,22 @@ def few_shot_curve(directory: Path, shots: int) -> list[tuple[int, float]]:
     return sorted(points.items())
 
 
+def few_shot_means(directory: Path) -> dict[str, float]:
+    """A few-shot run's mean accuracy per number of shots."""
+    return {shots: scores["mean"] for shots, scores in read_metrics(directory)["few_shot"].items()}
+
+
 def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
     """Every row's figures over the seeds: fine-tuning test accuracy, few-shot accuracy per number of shots, and
-    the few-shot monitor's curve during pre-training (where it ran)."""
+    the few-shot monitor's curve during pre-training (where it ran); the raw-pixel baselines; the supervised runs'
+    own test accuracy."""
     output_dir = Path(cfg.output_dir)
     rows = {}
     for row in ROWS:
         finetune = [read_metrics(output_dir / f"finetune/{row.name}-seed{seed}")["test_accuracy"]
                     for seed in cfg.seeds]
-        few_shot_runs = [read_metrics(output_dir / f"few_shot/{row.name}-seed{seed}")["few_shot"]
-                         for seed in cfg.seeds]
-        few_shot = {shots: [run[shots]["mean"] for run in few_shot_runs] for shots in few_shot_runs[0]}
+        few_shot_runs = [few_shot_means(output_dir / f"few_shot/{row.name}-seed{seed}") for seed in cfg.seeds]
+        few_shot = {shots: [run[shots] for run in few_shot_runs] for shots in few_shot_runs[0]}
         curves, monitor_shots = {}, None
         for seed in cfg.seeds if row.pretraining else ():
             pretraining = output_dir / f"pretrain/{row.name}-seed{seed}"
@@ -201,7 +239,19 @@ def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
         rows[row.name] = {"label": row.label, "pretraining": row.pretraining, "finetune_accuracy": finetune,
                           "few_shot_accuracy": few_shot, "few_shot_during_pretraining": curves,
                           "few_shot_during_pretraining_shots": monitor_shots}
-    return {"seeds": list(cfg.seeds), "rows": rows}
+    pixel_runs = [few_shot_means(output_dir / f"few_shot/{PIXELS_ROW}-seed{seed}") for seed in cfg.seeds]
+    baselines: dict[str, Any] = {"few_shot_accuracy": {shots: [run[shots] for run in pixel_runs]
+                                                       for shots in pixel_runs[0]}}
+    for script in BASELINES:
+        for labels in ("labelled", "all"):
+            metrics = [read_metrics(output_dir / f"baseline/pixels-{script}-{labels}-seed{seed}") for seed in
+                       (cfg.seeds if labels == "labelled" else cfg.seeds[:1])]
+            baselines[f"{script}_{labels}"] = [run[script]["test_accuracy"] for run in metrics]
+            baselines[f"{labels}_images"] = metrics[0]["train_images"]
+    baselines["knn_k"] = read_metrics(output_dir / f"baseline/pixels-knn-all-seed{cfg.seeds[0]}")["knn"]["k"]
+    supervised = [read_metrics(output_dir / f"pretrain/supervised-seed{seed}")["test_accuracy"] for seed in cfg.seeds]
+    return {"seeds": list(cfg.seeds), "rows": rows, "pixels": baselines, "supervised_test_accuracy": supervised,
+            "labelled_per_class": labelled_images_per_class(cfg)}
 
 
 # The paper's claims (Sec. 4.6), each as (claim, the row it says is better, the row it says is worse).
@@ -226,21 +276,32 @@ def claim_cell(better: list[float], worse: list[float]) -> str:
     return f"{mean:+.1f} ± {std:.1f}, {verdict}" + (" (within seed noise)" if abs(mean) <= std else "")
 
 
-def results_table(results: dict[str, Any], labelled: str) -> str:
-    """Markdown: every row's accuracies (mean ± standard deviation over the seeds, in %), then each claim."""
-    rows = results["rows"]
+def results_table(results: dict[str, Any]) -> str:
+    """Markdown: every row's accuracies (mean ± standard deviation over the seeds, in %), each claim, and the
+    references on the same images: raw pixels, and the ViT trained from scratch with the labels alone."""
+    rows, pixels = results["rows"], results["pixels"]
+    labelled = f"{results['labelled_per_class']} labels per class"
     shots = list(next(iter(rows.values()))["few_shot_accuracy"])
     lines = [f"| Starting point | Fine-tuned, {labelled} | " + " | ".join(f"{k}-shot" for k in shots) + " |",
              "|---|---:|" + "---:|" * len(shots)]
     for row in rows.values():
         lines.append(f"| {row['label']} | {percent(row['finetune_accuracy'])} | "
                      + " | ".join(percent(row["few_shot_accuracy"][k]) for k in shots) + " |")
+    lines.append("| raw pixels, no encoder | — | "
+                 + " | ".join(percent(pixels["few_shot_accuracy"][k]) for k in shots) + " |")
     lines += ["", "| The paper's claim | Fine-tuned | " + " | ".join(f"{k}-shot" for k in shots) + " |",
               "|---|---|" + "---|" * len(shots)]
     for claim, better, worse in CLAIMS:
         cells = [claim_cell(rows[better]["finetune_accuracy"], rows[worse]["finetune_accuracy"])]
         cells += [claim_cell(rows[better]["few_shot_accuracy"][k], rows[worse]["few_shot_accuracy"][k]) for k in shots]
         lines.append(f"| {claim} | " + " | ".join(cells) + " |")
+    lines += ["", f"| Reference on the same training images | {labelled} ({pixels['labelled_images']:,} images) | "
+                  f"all {pixels['all_images']:,} labels |", "|---|---:|---:|"]
+    for script, label in BASELINES.items():
+        label += f", k={pixels['knn_k']}" if script == "knn" else ""
+        lines.append(f"| {label} | {percent(pixels[f'{script}_labelled'])} | {percent(pixels[f'{script}_all'])} |")
+    lines.append(f"| the ViT from scratch: fine-tuning recipe; supervised pre-training with its own head | "
+                 f"{percent(rows['scratch']['finetune_accuracy'])} | {percent(results['supervised_test_accuracy'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -248,7 +309,8 @@ COLOURS = {None: "C7", "mpp": "C0", "supervised": "C1"}  # bars by kind of pre-t
 
 
 def plot_results(results: dict[str, Any], output_dir: Path) -> list[Path]:
-    """finetune_accuracy.png (every row, each seed a dot) and few_shot_during_pretraining.png (where monitored)."""
+    """finetune_accuracy.png (every row, each seed a dot; the raw-pixel baselines on the same labelled images as
+    lines) and few_shot_during_pretraining.png (where monitored)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -261,10 +323,15 @@ def plot_results(results: dict[str, Any], output_dir: Path) -> list[Path]:
         mean, std = mean_std(values)
         axes.barh(y, mean, xerr=std, color=COLOURS[row["pretraining"]], alpha=0.6, capsize=3)
         axes.plot(values, [y] * len(values), "k.", markersize=5)
+    references = {BASELINES[script]: 100 * statistics.fmean(results["pixels"][f"{script}_labelled"])
+                  for script in BASELINES}  # on the same labelled images
+    for (label, value), style in zip(references.items(), ("--", ":")):
+        axes.axvline(value, color="k", linestyle=style, linewidth=1, label=label)
+    axes.legend(fontsize="small", loc="lower right")
     axes.set_yticks(range(len(rows)), [row["label"] for row in rows])
     axes.invert_yaxis()
     axes.set_xlabel(f"test accuracy after fine-tuning (%), {len(results['seeds'])} seeds")
-    low = min(100 * min(row["finetune_accuracy"]) for row in rows)
+    low = min(min(100 * min(row["finetune_accuracy"]) for row in rows), *references.values())
     axes.set_xlim(max(0.0, low - 10), None)
     paths = [output_dir / "finetune_accuracy.png"]
     figure.savefig(paths[0], dpi=120)
@@ -291,29 +358,76 @@ def plot_results(results: dict[str, Any], output_dir: Path) -> list[Path]:
     return paths
 
 
-def write_results(cfg: ReproductionConfig) -> dict[str, Any]:
-    """results.json (every seed's figures), results.md (the table) and the plots, in ``output_dir``."""
+def elapsed_seconds(output_dir: Path, add: float = 0.0) -> float:
+    """The experiment's wall time over every invocation so far, ``add`` seconds (this one's) included and kept."""
+    path = output_dir / ELAPSED_FILE
+    total = (json.loads(path.read_text())["seconds"] if path.is_file() else 0.0) + add
+    path.write_text(json.dumps({"seconds": total}) + "\n")
+    return total
+
+
+def write_results(cfg: ReproductionConfig, wall_seconds: float) -> dict[str, Any]:
+    """results.json (every seed's figures), results.md (the tables and the wall time) and the plots, in
+    ``output_dir``; copied to ``publish_dir`` and into ``readme``'s section, where set."""
     output_dir = Path(cfg.output_dir)
     results = collect_results(cfg)
-    finetune = yaml.safe_load((output_dir / f"finetune/scratch-seed{cfg.seeds[0]}/config.yaml").read_text())
-    labelled = f"{finetune['data']['shots_per_class']} labels per class"
-    table = results_table(results, labelled)
+    results["wall_seconds"] = wall_seconds
+    runs = len(plan_runs(cfg, Path(".")))
+    table = results_table(results) + (f"\n{runs} runs in {wall_seconds / 60:.0f} min of wall time "
+                                      f"(`{cfg.parallel_runs}` at a time).\n")
     (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (output_dir / "results.md").write_text(table)
     results["table"] = table
     results["plots"] = [str(path) for path in plot_results(results, output_dir)]
+    if cfg.publish_dir:
+        publish = Path(cfg.publish_dir)
+        publish.mkdir(parents=True, exist_ok=True)
+        for path in [output_dir / "results.md", output_dir / "results.json", *map(Path, results["plots"])]:
+            shutil.copyfile(path, publish / path.name)
+    if cfg.readme:
+        replace_section(Path(cfg.readme), output_dir.name, table)
     return results
 
 
+def section_markers(name: str) -> tuple[str, str]:
+    return f"<!-- results: {name} -->", f"<!-- /results: {name} -->"
+
+
+def check_section(readme: Path, name: str) -> None:
+    """A ConfigError unless ``readme`` holds the section ``name`` once (checked before the experiment starts)."""
+    start, end = section_markers(name)
+    text = readme.read_text() if readme.is_file() else ""
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+        raise ConfigError(f"readme={readme} needs one section to write the results into: a line {start}, then a "
+                          f"line {end}; add them, or leave readme empty")
+
+
+def replace_section(readme: Path, name: str, content: str) -> None:
+    """``readme`` with its section ``name`` holding ``content``, written whole or not at all."""
+    check_section(readme, name)
+    start, end = section_markers(name)
+    text = readme.read_text()
+    before, rest = text.split(start, 1)
+    after = rest.split(end, 1)[1]
+    partial = readme.with_name(readme.name + ".partial")
+    partial.write_text(f"{before}{start}\n{content}{end}{after}")
+    os.replace(partial, readme)
+
+
 def reproduce(cfg: ReproductionConfig, repository: Path) -> dict[str, Any]:
-    """The whole experiment: every run not yet finished (the recipes of ``repository``), then the table and the
+    """The whole experiment: every run not yet finished (the recipes of ``repository``), then the tables and the
     plots."""
     start = time.perf_counter()
+    if cfg.readme:
+        check_section(Path(cfg.readme), Path(cfg.output_dir).name)
     output_dir = claim_experiment(cfg)
     runs = plan_runs(cfg, repository)
-    execute(runs, output_dir, cfg.parallel_runs)
-    results = write_results(cfg)
-    minutes = (time.perf_counter() - start) / 60
-    logger.info("results in %s (%s), plots %s; this invocation took %.1f minutes\n%s", output_dir / "results.md",
-                output_dir / "results.json", ", ".join(results["plots"]), minutes, results["table"])
+    try:
+        execute(runs, output_dir, cfg.parallel_runs)
+    finally:
+        wall_seconds = elapsed_seconds(output_dir, time.perf_counter() - start)
+    results = write_results(cfg, wall_seconds)
+    logger.info("results in %s (%s), plots %s; the experiment took %.1f minutes of wall time\n%s",
+                output_dir / "results.md", output_dir / "results.json", ", ".join(results["plots"]),
+                wall_seconds / 60, results["table"])
     return results

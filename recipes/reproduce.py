@@ -4,9 +4,10 @@
 
 Rows: from scratch; MPP (3-bit mean colour, downsized patch or L2 pixels, 50% corrupted; mean colour 15%);
 supervised. Each is pre-trained, fine-tuned on a few labels and scored by few-shot regression on frozen features,
-once per seed, by the other recipes in subprocesses (``launcher`` prefixes their command, e.g. accelerate launch).
-Writes results.md, results.json and PNG plots to output_dir; running the command again continues a stopped
-experiment.
+once per seed, by the other recipes in subprocesses (``launcher`` prefixes their command, e.g. accelerate launch);
+the raw pixels are scored by the same few-shot regression, logistic regression and kNN. Writes results.md,
+results.json and PNG plots to output_dir (and to publish_dir and readme's section, where set); running the command
+again continues a stopped experiment.
 """
 
 from __future__ import annotations

@@ -7,9 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from mpp.config import DataConfig
+from mpp.data.loading import build_dataset
+from mpp.models.encoder import unit_interval
 from tests.launching import ROOT, TINY, launch
 
 EVAL = ROOT / "eval"
@@ -109,3 +113,22 @@ def test_an_init_that_does_not_fit_is_refused_before_anything_is_written(tmp_pat
                     script=EVAL / "few_shot.py", check=False)
     assert result.returncode != 0 and "model.patch_size=8" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_the_raw_pixel_baseline_reads_the_normalised_images_and_refuses_an_encoder(tmp_path, mpp_run):
+    run_dir = tmp_path / "pixels"
+    knn = launch(f"output_dir={run_dir}", *ENCODER, *DATA, "eval.features=pixels", "knn.k=5", script=EVAL / "knn.py")
+    assert "test: 10000 features of dimension 768 extracted" in knn.stderr  # 3 x 16 x 16, no encoder
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["features"] == "pixels" and 0 <= metrics["knn"]["test_accuracy"] <= 1
+    stored = load_file(next((run_dir / "features").glob("train-*.safetensors")))
+    train_set = build_dataset(DataConfig(shots_per_class=40), "train", 16, 3, augment=False, seed=0)
+    image, label = train_set[0]
+    expected = ((unit_interval(image) - 0.5) / 0.5).flatten()  # data.mean = data.std = 0.5 by default
+    assert stored["features"].shape == (320, 768) and stored["labels"][0] == label
+    assert torch.allclose(stored["features"][0], expected, atol=1e-6)
+
+    refused = launch(f"output_dir={tmp_path / 'refused'}", *ENCODER, "eval.features=pixels", f"init={mpp_run}",
+                     script=EVAL / "knn.py", check=False)
+    assert refused.returncode != 0 and "eval.features=pixels reads the images themselves" in refused.stderr
+    assert not (tmp_path / "refused").exists()

@@ -16,17 +16,28 @@ from mpp.config import (
     ConfigError,
     FewShotRunConfig,
     FinetuneRunConfig,
+    KnnRunConfig,
+    LinearProbeRunConfig,
     MPPRunConfig,
     ReproductionConfig,
     SupervisedRunConfig,
     build_config,
 )
-from mpp.reproduction import ROWS, Run, RunFailed, claim_experiment, execute, plan_runs, results_table
+from mpp.reproduction import (
+    ROWS,
+    Run,
+    RunFailed,
+    claim_experiment,
+    execute,
+    plan_runs,
+    reproduce,
+    results_table,
+)
 from tests.launching import ROOT
 
 CONFIGS = ROOT / "recipes" / "configs"
 TINY_PRESETS = {"mpp_preset": "mpp_tiny_cpu.yaml", "supervised_preset": "supervised_tiny_cpu.yaml",
-                "finetune_preset": "finetune_tiny_cpu.yaml", "few_shot_preset": "eval_tiny_cpu.yaml"}
+                "finetune_preset": "finetune_tiny_cpu.yaml", "eval_preset": "eval_tiny_cpu.yaml"}
 TINY = {  # every run a few steps of a one-block ViT on 16x16 shapes
     **{key: str(CONFIGS / name) for key, name in TINY_PRESETS.items()},
     "encoder": ["model.img_size=16", "model.embed_dim=16", "model.depth=1", "model.num_heads=2"],
@@ -37,10 +48,14 @@ TINY = {  # every run a few steps of a one-block ViT on 16x16 shapes
     "finetune": ["train.steps=4", "train.global_batch_size=8", "train.warmup_steps=1", "train.log_every=2",
                  "data.shots_per_class=4"],
     "few_shot": ["few_shot.shots=[1,2]", "few_shot.seeds=2", "few_shot.holdout_per_class=2"],
+    "linear_probe": ["linear_probe.max_iterations=5"],
+    "knn": ["knn.k=3"],
     "parallel_runs": 2,
 }
 RECIPE_CONFIGS = {"mpp.py": MPPRunConfig, "supervised.py": SupervisedRunConfig, "finetune.py": FinetuneRunConfig,
-                  "few_shot.py": FewShotRunConfig}
+                  "few_shot.py": FewShotRunConfig, "linear_probe.py": LinearProbeRunConfig, "knn.py": KnnRunConfig}
+# Per seed: few-shot on raw pixels, logistic regression and kNN on the labelled images; once: both on all images
+BASELINE_RUNS = {"seed": 3, "once": 2}
 
 
 def tiny_config(tmp_path: Path, **changes) -> ReproductionConfig:
@@ -55,7 +70,7 @@ def test_the_plan_runs_every_row_for_every_seed_each_after_its_own_pre_training(
     stages = [run.stage for run in runs]
     assert stages == sorted(stages, key=lambda stage: stage != "pretrain")  # pre-training runs start first
     pretrained = [row for row in ROWS if row.pretraining]
-    assert len(runs) == 2 * (len(pretrained) + 2 * len(ROWS))
+    assert len(runs) == 2 * (len(pretrained) + 2 * len(ROWS) + BASELINE_RUNS["seed"]) + BASELINE_RUNS["once"]
     by_name = {run.name: run for run in runs}
     for seed in (3, 7):
         for row in ROWS:
@@ -72,6 +87,10 @@ def test_the_plan_runs_every_row_for_every_seed_each_after_its_own_pre_training(
         assert config.output_dir == f"{cfg.output_dir}/{run.name}" and config.seed in (3, 7)
         if run.stage == "finetune":
             assert config.data.subset_seed == config.seed  # each seed its own labelled subset
+        if run.stage == "baseline":  # raw pixels, fitted to fine-tuning's labelled images or to all of them
+            assert config.eval.features == "pixels" and config.data.subset_seed == config.seed and run.after is None
+            assert config.data.shots_per_class == (0 if "-all-" in run.name else 4) and "-all-seed7" not in run.name
+    assert "eval.features=pixels" in by_name["few_shot/pixels-seed7"].command
 
 
 @pytest.mark.parametrize("preset", sorted(CONFIGS.glob("reproduce_*.yaml")), ids=lambda path: path.stem)
@@ -112,8 +131,9 @@ def test_an_experiment_continues_only_with_its_own_settings(tmp_path):
     cfg = tiny_config(tmp_path)
     claim_experiment(cfg)
     claim_experiment(cfg)  # the same settings: continued
+    claim_experiment(tiny_config(tmp_path, seeds=[0, 1, 2, 3, 4], parallel_runs=1))  # more seeds: continued
     with pytest.raises(ConfigError, match="holds an experiment with other settings"):
-        claim_experiment(tiny_config(tmp_path, seeds=[0, 1]))
+        claim_experiment(tiny_config(tmp_path, finetune=["train.steps=5"]))
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("not an experiment")
     with pytest.raises(ConfigError, match="is not empty"):
@@ -130,9 +150,18 @@ def test_the_table_gives_mean_and_deviation_and_judges_each_claim_by_paired_diff
             "mpp-pixels-50": row("MPP pixels", [0.70, 0.70], [0.30, 0.30]),
             "mpp-colour-15": row("MPP 15", [0.50, 0.70], [0.30, 0.30]),
             "supervised": row("supervised", [0.80, 0.80], [0.50, 0.50])}
-    table = results_table({"seeds": [0, 1], "rows": rows}, "4 labels per class")
+    pixels = {"few_shot_accuracy": {"5": [0.20, 0.22]}, "linear_probe_labelled": [0.70, 0.72],
+              "linear_probe_all": [0.84], "knn_labelled": [0.60, 0.66], "knn_all": [0.85], "knn_k": 20,
+              "labelled_images": 40, "all_images": 600}
+    table = results_table({"seeds": [0, 1], "rows": rows, "pixels": pixels, "supervised_test_accuracy": [0.9, 0.9],
+                           "labelled_per_class": 4})
     assert "| Starting point | Fine-tuned, 4 labels per class | 5-shot |" in table
     assert "| from scratch | 45.0 ± 7.1 | 30.0 ± 0.0 |" in table
+    assert "| raw pixels, no encoder | — | 21.0 ± 1.4 |" in table
+    assert "| Reference on the same training images | 4 labels per class (40 images) | all 600 labels |" in table
+    assert "| logistic regression on raw pixels | 71.0 ± 1.4 | 84.0 ± 0.0 |" in table
+    assert "| kNN on raw pixels (cosine), k=20 | 63.0 ± 4.2 | 85.0 ± 0.0 |" in table
+    assert "supervised pre-training with its own head | 45.0 ± 7.1 | 90.0 ± 0.0 |" in table
     lines = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()}
     assert "+16.0 ± 5.7, agrees |" in lines["MPP pre-training beats training from scratch"]  # pairs: +20, +12
     assert "-9.0 ± 1.4, disagrees |" in lines["the mean-colour target beats L2 pixel regression"]
@@ -141,22 +170,39 @@ def test_the_table_gives_mean_and_deviation_and_judges_each_claim_by_paired_diff
 
 def test_the_whole_experiment_runs_writes_its_table_and_plots_and_a_rerun_redoes_nothing(tmp_path):
     preset = tmp_path / "reproduce.yaml"
-    output_dir = tmp_path / "experiment"
-    preset.write_text(yaml.safe_dump({**TINY, "seeds": [0], "output_dir": str(output_dir)}))
+    output_dir, publish, readme = tmp_path / "experiment", tmp_path / "published", tmp_path / "README.md"
+    readme.write_text("# Title\n<!-- results: experiment -->\nold table\n<!-- /results: experiment -->\nthe end\n")
+    preset.write_text(yaml.safe_dump({**TINY, "seeds": [0], "output_dir": str(output_dir),
+                                      "publish_dir": str(publish), "readme": str(readme)}))
     command = [sys.executable, str(ROOT / "recipes" / "reproduce.py"), "--config", str(preset)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    runs = len(ROWS) * 2 + sum(1 for row in ROWS if row.pretraining)
+    runs = len(ROWS) * 2 + sum(1 for row in ROWS if row.pretraining) + BASELINE_RUNS["seed"] + BASELINE_RUNS["once"]
     assert f"{runs} runs, 0 already finished" in result.stderr
     table = (output_dir / "results.md").read_text()
     for row in ROWS:
         assert re.search(rf"\| {re.escape(row.label)} \| [\d.]+ ± 0\.0 \| [\d.]+ ± 0\.0 \| [\d.]+ ± 0\.0 \|", table)
+    assert re.search(r"\| logistic regression on raw pixels \| [\d.]+ ± 0\.0 \| [\d.]+ ± 0\.0 \|", table)
+    assert re.search(rf"\n{runs} runs in \d+ min of wall time", table)
     results = json.loads((output_dir / "results.json").read_text())
     curve = results["rows"]["mpp-colour-50"]["few_shot_during_pretraining"]["0"]
     assert [images for images, _ in curve] == [0, 16, 32]  # before the first step and every 2 steps of 8 images
     assert results["rows"]["scratch"]["few_shot_during_pretraining"] == {}
+    assert results["pixels"]["labelled_images"] == 32 and results["pixels"]["all_images"] == 50_000
     for plot in ("finetune_accuracy.png", "few_shot_during_pretraining.png"):
         assert (output_dir / plot).read_bytes().startswith(b"\x89PNG")
+        assert (publish / plot).read_bytes() == (output_dir / plot).read_bytes()
+    assert readme.read_text() == ("# Title\n<!-- results: experiment -->\n" + table
+                                  + "<!-- /results: experiment -->\nthe end\n")
     again = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and f"{runs} runs, {runs} already finished" in again.stderr
     assert "start " not in again.stderr
+
+
+def test_a_readme_without_its_results_section_is_refused_before_any_run(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# Title\n<!-- results: other -->\n<!-- /results: other -->\n")
+    cfg = tiny_config(tmp_path, readme=str(readme))
+    with pytest.raises(ConfigError, match="<!-- results: experiment -->"):
+        reproduce(cfg, ROOT)
+    assert not (tmp_path / "experiment").exists()

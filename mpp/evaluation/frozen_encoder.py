@@ -29,6 +29,10 @@ from mpp.run.session import Session, local_processes
 logger = logging.getLogger(__name__)
 
 
+FEATURE_DESCRIPTIONS = {"token": "[class] token", "avg": "mean of the patch tokens",
+                        "pixels": "the normalised pixels (no encoder: the raw-pixel baseline)"}
+
+
 @dataclass
 class EvaluationRun:
     """An evaluation's session (``with`` it), its frozen encoder and both splits."""
@@ -82,6 +86,9 @@ class EvaluationRun:
 def open_evaluation_run(cfg: EvaluationRunConfig, prefix: str) -> EvaluationRun:
     """The encoder ``cfg.init`` names (or a seeded random one) as a frozen feature extractor, and the run's
     directory, claimed once the encoder has loaded (nothing is written for an init that does not fit)."""
+    if cfg.eval.features == "pixels" and cfg.init:
+        raise ConfigError(f"eval.features=pixels reads the images themselves, not an encoder: drop init={cfg.init} "
+                          "(or choose eval.features=token or avg to evaluate it)")
     session = Session(cfg, cfg.eval, prefix)  # seeded: a random baseline's weights come from cfg.seed
     accelerator = session.accelerator
     pretrained = read_pretrained(cfg.init) if cfg.init else None
@@ -100,7 +107,7 @@ def open_evaluation_run(cfg: EvaluationRunConfig, prefix: str) -> EvaluationRun:
     logger.info("encoder %s (%.2fM parameters, %d patches at %d px), features: %s; data: %s; test: %s",
                 pretrained.location if pretrained else f"randomly initialised {model_cfg.name} (seed {cfg.seed})",
                 count_parameters(encoder) / 1e6, encoder.patch_embed.num_patches, image_size,
-                "[class] token" if cfg.eval.features == "token" else "mean of the patch tokens",
+                FEATURE_DESCRIPTIONS[cfg.eval.features],
                 run.train_set.description, run.test_set.description)
     return run
 

@@ -12,7 +12,7 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from mpp.config import ConfigError, ModelConfig, Pooling
+from mpp.config import ConfigError, FrozenFeatures, ModelConfig, Pooling
 
 _SIZE_FIELDS = ("img_size", "patch_size", "embed_dim", "depth", "num_heads")
 
@@ -96,11 +96,14 @@ class ImageEncoder(nn.Module):
     (``forward_features``: its blocks and final norm), pooled. The models built on it (MPP, the classifier) keep the
     ViT as ``encoder``, so their weights are ``encoder.<timm's names>``; evaluation uses it as it is, frozen."""
 
-    def __init__(self, encoder: VisionTransformer, normalise: InputNormalisation, pool: Pooling = "token") -> None:
+    def __init__(self, encoder: VisionTransformer, normalise: InputNormalisation, pool: FrozenFeatures = "token"
+                 ) -> None:
         super().__init__()
         self.normalise, self.encoder, self.pool = normalise, encoder, pool
 
     def features(self, images: torch.Tensor) -> torch.Tensor:
+        if self.pool == "pixels":  # the raw-pixel baseline: (b c h w) normalised input -> (b (c h w))
+            return self.normalise(images).flatten(1)
         tokens = self.encoder.forward_features(self.normalise(images))
         return pooled_features(tokens, self.pool, self.encoder.num_prefix_tokens)
 
