@@ -327,7 +327,7 @@ def plot_results(results: dict[str, Any], output_dir: Path) -> list[Path]:
                   for script in BASELINES}  # on the same labelled images
     for (label, value), style in zip(references.items(), ("--", ":")):
         axes.axvline(value, color="k", linestyle=style, linewidth=1, label=label)
-    axes.legend(fontsize="small", loc="lower right")
+    figure.legend(fontsize="small", loc="outside lower center", ncols=2)
     axes.set_yticks(range(len(rows)), [row["label"] for row in rows])
     axes.invert_yaxis()
     axes.set_xlabel(f"test accuracy after fine-tuning (%), {len(results['seeds'])} seeds")
@@ -373,8 +373,8 @@ def write_results(cfg: ReproductionConfig, wall_seconds: float) -> dict[str, Any
     results = collect_results(cfg)
     results["wall_seconds"] = wall_seconds
     runs = len(plan_runs(cfg, Path(".")))
-    table = results_table(results) + (f"\n{runs} runs in {wall_seconds / 60:.0f} min of wall time "
-                                      f"(`{cfg.parallel_runs}` at a time).\n")
+    table = results_table(results) + (f"\n{runs} runs, {cfg.parallel_runs} at a time, in {wall_seconds / 60:.0f} min "
+                                      "of wall time.\n")
     (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (output_dir / "results.md").write_text(table)
     results["table"] = table

@@ -183,7 +183,7 @@ def test_the_whole_experiment_runs_writes_its_table_and_plots_and_a_rerun_redoes
     for row in ROWS:
         assert re.search(rf"\| {re.escape(row.label)} \| [\d.]+ ± 0\.0 \| [\d.]+ ± 0\.0 \| [\d.]+ ± 0\.0 \|", table)
     assert re.search(r"\| logistic regression on raw pixels \| [\d.]+ ± 0\.0 \| [\d.]+ ± 0\.0 \|", table)
-    assert re.search(rf"\n{runs} runs in \d+ min of wall time", table)
+    assert re.search(rf"\n{runs} runs, 2 at a time, in \d+ min of wall time", table)
     results = json.loads((output_dir / "results.json").read_text())
     curve = results["rows"]["mpp-colour-50"]["few_shot_during_pretraining"]["0"]
     assert [images for images, _ in curve] == [0, 16, 32]  # before the first step and every 2 steps of 8 images
