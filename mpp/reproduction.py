@@ -137,13 +137,17 @@ class RunFailed(RunError):
 FREE_TO_CHANGE = ("seeds", "parallel_runs", "publish_dir", "readme")
 
 
+def fixed_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """An experiment's settings less those it may change when continued."""
+    return {key: value for key, value in settings.items() if key not in FREE_TO_CHANGE}
+
+
 def claim_experiment(cfg: ReproductionConfig) -> Path:
     """``output_dir`` for this experiment: new, or holding one with the same settings (to continue it)."""
     output_dir = Path(cfg.output_dir)
     plan = output_dir / PLAN_FILE
     settings = config_to_dict(cfg)
-    fixed = lambda values: {key: value for key, value in values.items() if key not in FREE_TO_CHANGE}  # noqa: E731
-    if plan.is_file() and fixed(yaml.safe_load(plan.read_text())) != fixed(settings):
+    if plan.is_file() and fixed_settings(yaml.safe_load(plan.read_text())) != fixed_settings(settings):
         raise ConfigError(f"output_dir {output_dir} holds an experiment with other settings ({plan}); choose another "
                           f"output_dir, or delete that one to start again (only {', '.join(FREE_TO_CHANGE)} may "
                           "change)")

@@ -104,10 +104,13 @@ def open_evaluation_run(cfg: EvaluationRunConfig, prefix: str) -> EvaluationRun:
               for split in ("train", "test")]
     run = EvaluationRun(session, accelerator.prepare_model(extractor, evaluation_mode=True), *splits, cfg)
     session.start()
-    logger.info("encoder %s (%.2fM parameters, %d patches at %d px), features: %s; data: %s; test: %s",
-                pretrained.location if pretrained else f"randomly initialised {model_cfg.name} (seed {cfg.seed})",
-                count_parameters(encoder) / 1e6, encoder.patch_embed.num_patches, image_size,
-                FEATURE_DESCRIPTIONS[cfg.eval.features],
+    if cfg.eval.features == "pixels":  # the encoder built above is never called
+        described = f"none, {image_size} px views"
+    else:
+        source = pretrained.location if pretrained else f"randomly initialised {model_cfg.name} (seed {cfg.seed})"
+        described = (f"{source} ({count_parameters(encoder) / 1e6:.2f}M parameters, "
+                     f"{encoder.patch_embed.num_patches} patches at {image_size} px)")
+    logger.info("encoder %s, features: %s; data: %s; test: %s", described, FEATURE_DESCRIPTIONS[cfg.eval.features],
                 run.train_set.description, run.test_set.description)
     return run
 
