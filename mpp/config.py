@@ -78,6 +78,8 @@ SOURCE_KINDS = {
     "shapes": SourceKind("none", "shapes, the embedded procedurally drawn data (no argument)"),
     "fashion-mnist": SourceKind("optional", "fashion-mnist[:<dir>], the IDX files (default: the Debian package's "
                                             "directory)"),
+    "openclipart": SourceKind("optional", "openclipart[:<dir>], clip art in subject folders (default: the Debian "
+                                          "package openclipart-png's /usr/share/openclipart/png)"),
     "cifar10": SourceKind("required", "cifar10:<dir>, the python pickles (cifar-10-batches-py/)"),
     "cifar100": SourceKind("required", "cifar100:<dir>, the python pickles (cifar-100-python/)"),
     "folder": SourceKind("required", "folder:<dir>, class_name/image files"),
@@ -103,7 +105,7 @@ def parse_source(source: str) -> tuple[str, str]:
 class DataConfig:
     """Where images come from and how they become model inputs (mpp/data/)."""
 
-    # shapes | fashion-mnist[:<dir>] | cifar10:<dir> | cifar100:<dir> | folder:<dir> | hf:<name-or-path>
+    # shapes | fashion-mnist[:<dir>] | openclipart[:<dir>] | cifar10:<dir> | cifar100:<dir> | folder:<dir> | hf:<name-or-path>
     source: str = "shapes"  # the embedded, procedurally drawn dataset (mpp/data/shapes.py)
     eval_folder: str = ""  # folder: a separate folder for the evaluation split (same class sub-folders)
     # hf: split and column names; an empty column name means the dataset's one Image / ClassLabel column
@@ -277,10 +279,10 @@ class MonitorConfig:
     features: Pooling = "token"  # what the regression reads
 
     def __post_init__(self) -> None:
-        for name in ("few_shot_every", "few_shot_shots", "few_shot_holdout_per_class", "few_shot_test_per_class"):
-            if getattr(self, name) < (0 if name == "few_shot_every" else 1):
-                raise ConfigError(f"monitor.{name}={getattr(self, name)} must be at least "
-                                  f"{0 if name == 'few_shot_every' else 1}")
+        for name, least in (("few_shot_every", 0), ("few_shot_shots", 1), ("few_shot_holdout_per_class", 1),
+                            ("few_shot_test_per_class", 1)):
+            if getattr(self, name) < least:
+                raise ConfigError(f"monitor.{name}={getattr(self, name)} must be at least {least}")
 
 
 @dataclass
@@ -289,9 +291,15 @@ class MPPMonitorConfig(MonitorConfig):
 
     mosaic_every: int = 0  # steps between mosaics of images, their corrupted views and the predictions; 0: none
     mosaic_images: int = 8  # images in each mosaic, the same ones and the same corruption every time
+    # At the end of the run: the few-shot fit above on this many seeded draws of such slices, for the trained encoder
+    # and for the same encoder at initialisation (metrics.json: few_shot_accuracy, few_shot_accuracy_at_init), to
+    # show what pre-training bought (MPP never sees the labels, so training images may score it); 0: none
+    final_few_shot_draws: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.final_few_shot_draws < 0:
+            raise ConfigError(f"monitor.final_few_shot_draws={self.final_few_shot_draws} must be at least 0")
         if self.mosaic_every < 0 or self.mosaic_images < 1:
             raise ConfigError(f"monitor.mosaic_every={self.mosaic_every} must be at least 0 and "
                               f"monitor.mosaic_images={self.mosaic_images} at least 1")

@@ -1,81 +1,107 @@
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 
-from mpp.data.shapes import SHAPE_NAMES, ShapeParams, ShapesSource, render_shapes
+from mpp.data.shapes import AREA_RANGE, SHAPE_NAMES, UNIT_AREAS, ShapeParams, ShapesSource, render_shapes
+
+CLASSES = len(SHAPE_NAMES)
 
 
 def test_images_are_a_pure_function_of_seed_split_and_index():
     train, again = ShapesSource("train", 24), ShapesSource("train", 24)
     index = torch.tensor([5, 0, 17])
     assert torch.equal(train.images(index), torch.cat([again.images(index[i:i + 1]) for i in range(3)]))
-    assert train.labels[index].tolist() == [5, 0, 1]
+    assert train.labels[index].tolist() == [5, 0, 7]
     first = torch.tensor([0])
     assert not torch.equal(train.images(first), ShapesSource("test", 24).images(first))
     assert not torch.equal(train.images(first), ShapesSource("train", 24, seed=1).images(first))
 
 
-def test_images_are_rgb_in_the_unit_range_with_balanced_classes():
+def test_images_are_rgb_in_the_unit_range_with_ten_balanced_classes():
     source = ShapesSource("test", 32)
     images = source.images(torch.arange(64))
     assert images.shape == (64, 3, 32, 32) and images.min() >= 0 and images.max() <= 1
-    assert len(source) == 10_000 and torch.bincount(source.labels).tolist() == [1250] * 8
+    assert CLASSES == 10 and len(source) == 10_000 and torch.bincount(source.labels).tolist() == [1000] * 10
     assert images.std(dim=(2, 3)).mean() > 0.05  # not flat: shape against a gradient background
 
 
-def centred(angle: float = 0.0) -> ShapeParams:
-    return ShapeParams(
-        centre=torch.tensor([[0.5, 0.5]]), radius=torch.tensor([0.3]), angle=torch.tensor([angle]),
-        colour=torch.tensor([[1.0, 1.0, 1.0]]), background=torch.zeros(1, 2, 3), gradient_angle=torch.zeros(1),
-    )
+def centred(radius: float) -> ShapeParams:
+    return ShapeParams(centre=torch.tensor([[0.5, 0.5]]), radius=torch.tensor([radius]),
+                       colour=torch.tensor([[1.0, 1.0, 1.0]]), background=torch.zeros(1, 2, 3),
+                       gradient_angle=torch.zeros(1))
 
 
-@pytest.mark.parametrize(
-    ("shape", "area"),
-    [("circle", math.pi * 0.3**2), ("square", (2 * 0.8 * 0.3) ** 2), ("diamond", 2 * 0.3**2),
-     ("ring", math.pi * 0.3**2 * (1 - 0.6**2))],
-)
-def test_the_class_is_the_shape(shape, area):
-    image = render_shapes(torch.tensor([SHAPE_NAMES.index(shape)]), centred(), 128, torch.zeros(1, 3, 128, 128))
-    assert (image[0, 0] > 0.5).float().mean().item() == pytest.approx(area, rel=0.03)
+def shape_mask(label: int, params: ShapeParams, size: int) -> torch.Tensor:
+    """(h w) bool: where the shape of class ``label`` is drawn (white on black, no noise)."""
+    return render_shapes(torch.tensor([label]), params, size, torch.zeros(1, 3, size, size))[0, 0] > 0.5
+
+
+@pytest.mark.parametrize(("shape", "unit_area"), [("circle", torch.pi / 4), ("square", 0.64), ("diamond", 0.5),
+                                                  ("ring", torch.pi / 4 * (1 - 0.6**2)), ("frame", 0.85**2 - 0.5**2)])
+def test_each_shape_covers_its_unit_area_of_its_square(shape, unit_area):
+    label = SHAPE_NAMES.index(shape)
+    assert UNIT_AREAS[label].item() == pytest.approx(unit_area, rel=0.01)
+    covered = shape_mask(label, centred(0.3), 256).float().mean().item()
+    assert covered == pytest.approx(unit_area * 0.6**2, rel=0.03)  # the shape's square has side 2 x 0.3
 
 
 def test_every_shape_draws_differently():
-    size = 64
-    masks = [
-        render_shapes(torch.tensor([label]), centred(0.3), size, torch.zeros(1, 3, size, size))[0, 0] > 0.5
-        for label in range(len(SHAPE_NAMES))
-    ]
-    for i in range(len(masks)):
-        for j in range(i + 1, len(masks)):
-            assert (masks[i] ^ masks[j]).float().mean() > 0.01, (SHAPE_NAMES[i], SHAPE_NAMES[j])
+    masks = [shape_mask(label, centred(0.35), 64) for label in range(CLASSES)]
+    for i in range(CLASSES):
+        for j in range(i + 1, CLASSES):
+            assert (masks[i] ^ masks[j]).float().mean() > 0.03, (SHAPE_NAMES[i], SHAPE_NAMES[j])
 
 
-def ridge_accuracies(train: ShapesSource, fit: torch.Tensor, evaluations: list[tuple[ShapesSource, torch.Tensor]]):
-    """A linear classifier on raw pixels (ridge regression onto +-1 one-hot labels) fitted on ``fit``; its accuracy
-    on each evaluation slice."""
-    def features(source: ShapesSource, index: torch.Tensor) -> torch.Tensor:
-        pixels = source.images(index).flatten(1)
-        return torch.cat([pixels, torch.ones(len(pixels), 1)], dim=1)  # with a bias
+def test_every_class_covers_as_much_of_the_image_and_stays_inside_it():
+    source = ShapesSource("train", 32)
+    params = source.params
+    assert ((params.centre - params.radius[:, None]) >= 0).all() and ((params.centre + params.radius[:, None]) <= 1).all()
+    area = 4 * UNIT_AREAS[source.labels] * params.radius**2
+    assert area.min() >= AREA_RANGE[0] - 1e-6 and area.max() <= AREA_RANGE[1] + 1e-6
+    per_class = torch.stack([area[source.labels == label].mean() for label in range(CLASSES)])
+    assert per_class.max() - per_class.min() < 0.005  # the same distribution for every shape (its mean: 0.175)
 
-    x = features(train, fit)
-    targets = torch.nn.functional.one_hot(train.labels[fit], len(SHAPE_NAMES)).float() * 2 - 1
-    weights = torch.linalg.solve(x.T @ x + torch.eye(x.shape[1]), x.T @ targets)
-    return [((features(source, index) @ weights).argmax(dim=1) == source.labels[index]).float().mean().item()
-            for source, index in evaluations]
+
+def ridge_accuracies(features: torch.Tensor, labels: torch.Tensor, fit: slice, evaluations: list[slice]) -> list[float]:
+    """A linear classifier (ridge regression onto +-1 one-hot labels, with a bias) fitted on rows ``fit`` of
+    ``features``; its accuracy on each evaluation slice of rows."""
+    x = torch.cat([features, torch.ones(len(features), 1)], dim=1).double()
+    targets = torch.nn.functional.one_hot(labels[fit], CLASSES).double() * 2 - 1
+    weights = torch.linalg.solve(x[fit].T @ x[fit] + torch.eye(x.shape[1], dtype=x.dtype), x[fit].T @ targets)
+    return [((x[rows] @ weights).argmax(dim=1) == labels[rows]).float().mean().item() for rows in evaluations]
+
+
+def pixels_of_both_splits(size: int, train_images: int, test_images: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first images of the training split, then the first of the test split: (n 3 h w), (n)."""
+    train, test = ShapesSource("train", size), ShapesSource("test", size)
+    images = torch.cat([train.images(torch.arange(train_images)), test.images(torch.arange(test_images))])
+    return images, torch.cat([train.labels[:train_images], test.labels[:test_images]])
 
 
 def test_nothing_but_the_shape_tells_the_class_so_held_out_training_images_score_as_test_images():
-    # The leak this catches: noise pattern i % 16 for image i, whose label is i % 8, and patterns of each split's
+    # The leak this catches: noise pattern i % 16 for image i, whose label was i % 8, and patterns of each split's
     # own. This probe then scored 99.7% on training images it had not seen and 11% on the test split.
+    images, labels = pixels_of_both_splits(16, 5000, 1000)
+    holdout, test_accuracy = ridge_accuracies(images.flatten(1), labels, slice(0, 4000),
+                                              [slice(4000, 5000), slice(5000, 6000)])
+    assert abs(holdout - test_accuracy) < 0.03, (holdout, test_accuracy)
     train, test = ShapesSource("train", 16), ShapesSource("test", 16)
-    holdout, test_accuracy = ridge_accuracies(train, torch.arange(4000),
-                                              [(train, torch.arange(4000, 5000)), (test, torch.arange(1000))])
-    assert abs(holdout - test_accuracy) < 0.05, (holdout, test_accuracy)
     assert torch.equal(train.noise, test.noise)  # one set of noise patterns, drawn the same way for every split
-    pattern_per_class = torch.zeros(len(SHAPE_NAMES), train.noise.shape[0])
+    pattern_per_class = torch.zeros(CLASSES, train.noise.shape[0])
     pattern_per_class.index_put_((train.labels, train.noise_pattern), torch.ones(len(train)), accumulate=True)
     assert (pattern_per_class > 0).all()  # every class sees every pattern
+
+
+def colour_histograms(images: torch.Tensor, levels: int = 4) -> torch.Tensor:
+    """(n 3 h w) -> (n levels^3): the fraction of each image's pixels in each cell of a levels^3 RGB grid."""
+    cells = (images * levels).long().clamp(max=levels - 1)
+    index = (cells[:, 0] * levels + cells[:, 1]) * levels + cells[:, 2]  # (n h w)
+    counts = torch.zeros(len(images), levels**3).scatter_add_(1, index.flatten(1), torch.ones(index.flatten(1).shape))
+    return counts / index[0].numel()
+
+
+def test_colour_tells_nothing_of_the_class():
+    images, labels = pixels_of_both_splits(16, 5000, 1000)
+    (test_accuracy,) = ridge_accuracies(colour_histograms(images), labels, slice(0, 5000), [slice(5000, 6000)])
+    assert abs(test_accuracy - 1 / CLASSES) < 0.05, test_accuracy

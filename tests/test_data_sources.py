@@ -120,12 +120,18 @@ def test_unknown_sources_list_the_valid_ones():
         DataConfig(source="folder")
 
 
-def test_decode_converts_grey_and_rgba_and_rejects_broken_bytes(tmp_path):
-    Image.new("LA", (5, 3), (200, 10)).save(tmp_path / "grey.png")
-    Image.new("RGBA", (5, 3), (1, 2, 3, 4)).save(tmp_path / "rgba.png")
+def test_decode_converts_grey_and_composites_transparency_on_white_and_rejects_broken_bytes(tmp_path):
+    Image.new("LA", (5, 3), (200, 255)).save(tmp_path / "grey.png")
+    Image.new("LA", (5, 3), (0, 51)).save(tmp_path / "faint.png")  # black at a fifth opacity
+    Image.new("RGBA", (5, 3), (1, 2, 3, 0)).save(tmp_path / "clear.png")
+    palette = Image.new("P", (5, 3), 1)
+    palette.putpalette([0, 0, 0, 255, 0, 0])
+    palette.save(tmp_path / "palette.png", transparency=1)  # colour 1, red, marked transparent
     assert np.asarray(decode(open_image(tmp_path / "grey.png"), "RGB")).tolist() == [[[200] * 3] * 5] * 3
-    assert np.asarray(decode(open_image(tmp_path / "rgba.png"), "RGB")).shape == (3, 5, 3)
-    assert decode(open_image((tmp_path / "rgba.png").read_bytes()), "L").mode == "L"
+    assert np.asarray(decode(open_image(tmp_path / "faint.png"), "RGB")).tolist() == [[[204] * 3] * 5] * 3
+    for transparent in ("clear.png", "palette.png"):
+        assert np.asarray(decode(open_image(tmp_path / transparent), "RGB")).tolist() == [[[255] * 3] * 5] * 3
+    assert decode(open_image((tmp_path / "clear.png").read_bytes()), "L").mode == "L"
     with pytest.raises(UndecodableImage):
         open_image(b"\xff\xd8\xff\xe0 truncated jpeg")
 

@@ -91,9 +91,13 @@ def open_image(file: Union[str, Path, bytes]) -> Image.Image:
 
 
 def decode(image: Image.Image, mode: str) -> Image.Image:
-    """An opened image's pixels, converted to ``mode`` (RGB or L); a broken file fails here."""
+    """An opened image's pixels, converted to ``mode`` (RGB or L), transparency composited on white (as a drawing
+    with an alpha channel is meant to be seen; converting drops the alpha and shows whatever colour the transparent
+    pixels hold, often black); a broken file fails here."""
     try:
         image.load()  # PIL closes a file it opened itself once its pixels are read
+        if image.has_transparency_data:
+            image = Image.alpha_composite(Image.new("RGBA", image.size, "white"), image.convert("RGBA"))
         return image if image.mode == mode else image.convert(mode)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
         raise UndecodableImage(str(error)) from error

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import logging
 import statistics
-from typing import Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from accelerate import Accelerator
+from timm.models.vision_transformer import VisionTransformer
 
-from mpp.config import FewShotConfig, MonitorConfig
+from mpp.config import FewShotConfig, MonitorConfig, MPPMonitorConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.subsets import disjoint_per_class, shots_per_class
 from mpp.evaluation.frozen_feature_classifiers import accuracy, fitting_device, ridge_predictions, ridge_regression
@@ -100,18 +101,48 @@ class FewShotMonitor:
         self.num_classes = dataset.num_classes
 
     @torch.no_grad()
-    def __call__(self, step: int, images_seen: int) -> None:
-        was_training = self.extractor.encoder.training
-        self.extractor.eval()
+    def accuracy(self, extractor: Optional[ImageEncoder] = None) -> float:
+        """Few-shot accuracy of ``extractor`` (by default the model being trained) on this monitor's slices."""
+        extractor = extractor or self.extractor
+        was_training = extractor.encoder.training
+        extractor.eval()
         features = []
         for batch in self.positions.split(self.batch_size):
             images = self.dataset.__getitems__(batch.tolist())[0].to(self.accelerator.device)
             with self.accelerator.autocast():
-                features.append(self.extractor(images))
-        self.extractor.train(was_training)
+                features.append(extractor(images))
+        extractor.train(was_training)
         features = torch.cat(features)
         shots, holdout, test = ((features[a:b], self.labels[a:b]) for a, b in zip(self.bounds, self.bounds[1:]))
-        score, _ = ridge_accuracy(shots, holdout, test, self.num_classes, DEFAULT_L2_GRID)
+        return ridge_accuracy(shots, holdout, test, self.num_classes, DEFAULT_L2_GRID)[0]
+
+    def __call__(self, step: int, images_seen: int) -> None:
+        score = self.accuracy()
         self.accelerator.log({f"few_shot/{self.cfg.few_shot_shots}shot": score}, step=images_seen)
         logger.info("step %d: few-shot accuracy %.4f (%d images per class, ridge regression on the %s features)",
                     step, score, self.cfg.few_shot_shots, self.cfg.features)
+
+
+def few_shot_against_initialisation(accelerator: Accelerator, model: ImageEncoder, initial: VisionTransformer,
+                                    dataset: ImageDataset, cfg: MPPMonitorConfig, seed: int) -> dict[str, Any]:
+    """What pre-training bought: few-shot accuracy of ``model``'s trained encoder and of ``initial``, the same
+    encoder before its first step, both scored on the same images in each of ``cfg.final_few_shot_draws`` seeded
+    draws of the monitor's slices (``dataset``: the training split through the evaluation view, labelled)."""
+    at_init = ImageEncoder(initial.to(accelerator.device), model.normalise, cfg.features)
+    trained, untrained = [], []
+    for draw in range(cfg.final_few_shot_draws):
+        monitor = FewShotMonitor(accelerator, model, dataset, cfg, seed + draw)
+        trained.append(monitor.accuracy())
+        untrained.append(monitor.accuracy(at_init))
+    gains = [a - b for a, b in zip(trained, untrained)]
+
+    def spread(values: list[float]) -> float:
+        return statistics.stdev(values) if len(values) > 1 else 0.0
+
+    logger.info("%d-shot accuracy over %d draws: trained %.4f +- %.4f, at initialisation %.4f +- %.4f; gain %+.4f "
+                "+- %.4f", cfg.few_shot_shots, len(trained), statistics.fmean(trained), spread(trained),
+                statistics.fmean(untrained), spread(untrained), statistics.fmean(gains), spread(gains))
+    return {"few_shot_accuracy": statistics.fmean(trained), "few_shot_accuracy_at_init": statistics.fmean(untrained),
+            "few_shot_comparison": {"shots": cfg.few_shot_shots, "features": cfg.features, "trained": trained,
+                                    "at_init": untrained, "gain_mean": statistics.fmean(gains),
+                                    "gain_std": spread(gains)}}
