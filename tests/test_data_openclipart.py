@@ -6,9 +6,8 @@ import pytest
 import torch
 from PIL import Image
 
-from mpp.config import DataConfig, DataError
-from mpp.data.loading import build_dataset
-from mpp.data.openclipart import DEFAULT_ROOT, EXCLUDED, MIN_IMAGES, TEST_FRACTION, OpenClipartSource
+from mpp.config import DataError
+from mpp.data.openclipart import DEFAULT_ROOT, EXCLUDED, MIN_IMAGES, TEST_FRACTION, openclipart_source, split_files
 
 
 def draw(path: Path, colour: tuple[int, int, int]) -> None:
@@ -17,6 +16,12 @@ def draw(path: Path, colour: tuple[int, int, int]) -> None:
     image = Image.new("RGBA", (12, 8), (0, 0, 0, 0))
     image.paste(Image.new("RGBA", (4, 4), (*colour, 255)), (4, 2))
     image.save(path)
+
+
+@pytest.fixture(autouse=True)
+def cache_in(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "mpp"
 
 
 @pytest.fixture
@@ -34,32 +39,41 @@ def clip_art(tmp_path) -> Path:
 
 def test_categories_with_enough_images_less_the_excluded_split_by_file_the_same_every_time(clip_art):
     assert "shapes" in EXCLUDED
-    train, test = OpenClipartSource(str(clip_art), "train"), OpenClipartSource(str(clip_art), "test")
+    train, test = openclipart_source(str(clip_art), "train", 8), openclipart_source(str(clip_art), "test", 8)
     assert train.class_names == test.class_names == ("animals", "food")
     assert torch.bincount(test.labels).tolist() == [round(TEST_FRACTION * (MIN_IMAGES + 10))] * 2
     assert len(train) + len(test) == 2 * (MIN_IMAGES + 10)
-    assert not set(train.files) & set(test.files)  # a file is in one split only
-    assert any("birds" in str(path) for path in train.files)  # sub-folders belong to their category
-    assert all(path.parts[-2 if path.parent.name != "birds" else -3] == train.class_names[label]
-               for path, label in zip(train.files, train.labels.tolist()))
-    assert OpenClipartSource(str(clip_art), "test").files == test.files
+    # Each category's drawings are one colour here, so the pixels say which class each row holds.
+    red = train.array[:, 0, 4, 4] > train.array[:, 1, 4, 4]
+    assert torch.equal(red, train.labels == 0)
 
 
-def test_clip_art_reaches_the_model_composited_on_white(clip_art):
-    dataset = build_dataset(DataConfig(source=f"openclipart:{clip_art}"), "test", 12, 3, augment=False, seed=0)
-    images, labels = dataset.__getitems__([0])
-    image = images[0].float() / (255 if images.dtype == torch.uint8 else 1)  # (3 12 12): the 12x8 drawing's centre
-    assert image[:, 0, 0].tolist() == pytest.approx([1.0, 1.0, 1.0], abs=0.02)  # clear corner: white, not black
-    assert labels[0] == 0 and image[0, 6, 6].item() == pytest.approx(200 / 255, abs=0.05)  # an animal's red square
+def test_each_drawing_is_whole_on_white_and_cached(clip_art, cache_in):
+    test = openclipart_source(str(clip_art), "test", 12)
+    image = test.array[0]  # (3 12 12): the 12x8 drawing centred on a white square
+    assert test.labels[0] == 0 and image.shape == (3, 12, 12)
+    assert image[:, 0, 0].tolist() == [255, 255, 255]  # above the drawing: white canvas
+    assert image[:, 3, 0].tolist() == [255, 255, 255]  # the drawing's clear corner: white, not black
+    assert image[:, 6, 6].tolist() == pytest.approx([200, 30, 30], abs=3)  # the animal's red square
+    assert len(list(cache_in.glob("openclipart-test-12px-*.pt"))) == 1
+    assert torch.equal(openclipart_source(str(clip_art), "test", 12).array, test.array)  # read back from the cache
+
+
+def test_a_changed_file_is_decoded_again_and_one_that_fails_is_left_out(clip_art, cache_in):
+    total = sum(len(openclipart_source(str(clip_art), split, 8)) for split in ("train", "test"))
+    (clip_art / "food" / "f000.png").write_bytes(b"not a png any more")
+    assert sum(len(openclipart_source(str(clip_art), split, 8)) for split in ("train", "test")) == total - 1
+    assert len(list(cache_in.glob("openclipart-*-8px-*.pt"))) == 3  # the changed split's cache is a new one
 
 
 def test_a_missing_clip_art_folder_says_how_to_install_it(tmp_path):
     with pytest.raises(DataError, match="apt-get install -y openclipart-png"):
-        OpenClipartSource(str(tmp_path / "absent"), "train")
+        openclipart_source(str(tmp_path / "absent"), "train", 8)
 
 
 @pytest.mark.skipif(not Path(DEFAULT_ROOT).is_dir(), reason="the openclipart-png package is not installed")
 def test_the_debian_package_gives_eleven_colour_categories():
-    train, test = OpenClipartSource("", "train"), OpenClipartSource("", "test")
-    assert len(train.class_names) == 11 and not set(EXCLUDED) & set(train.class_names)
+    (names, train, _), (_, test, _) = (split_files(Path(DEFAULT_ROOT), split) for split in ("train", "test"))
+    assert len(names) == 11 and not set(EXCLUDED) & set(names)
+    assert not set(train) & set(test)
     assert 7_000 > len(train) + len(test) > 5_000 and abs(len(test) / (len(train) + len(test)) - TEST_FRACTION) < 0.01

@@ -18,7 +18,7 @@ from tests.launching import ROOT, TINY, launch
 
 EVAL = ROOT / "eval"
 ENCODER = TINY[:5]  # the model settings of TINY: 16 px, 4 px patches, width 32, 2 blocks
-DATA = ["data.shots_per_class=40", "eval.batch_size=512"]  # 320 shapes training images (8 classes); all 10,000 test
+DATA = ["data.shots_per_class=40", "eval.batch_size=512"]  # 400 shapes training images (10 classes); all 10,000 test
 MONITORED = ["monitor.few_shot_every=3", "monitor.few_shot_shots=2", "monitor.few_shot_test_per_class=5",
              "monitor.mosaic_every=3", "monitor.mosaic_images=4"]
 

@@ -14,7 +14,7 @@ from mpp.data.fashion_mnist import fashion_mnist_source
 from mpp.data.hugging_face import HuggingFaceSource
 from mpp.data.image_folder import ImageFolderSource
 from mpp.data.image_source import ImageSource
-from mpp.data.openclipart import OpenClipartSource
+from mpp.data.openclipart import openclipart_source
 from mpp.data.shapes import ShapesSource
 
 StoredSplit = Literal["train", "test"]
@@ -35,7 +35,7 @@ def image_folder_split(location: str, cfg: DataConfig, split: StoredSplit) -> Im
 READERS: dict[str, Callable[[str, DataConfig, StoredSplit, int], ImageSource]] = {
     "shapes": lambda location, cfg, split, size: ShapesSource(split, size),  # rendered at the model's resolution
     "fashion-mnist": lambda location, cfg, split, size: fashion_mnist_source(location, split),
-    "openclipart": lambda location, cfg, split, size: OpenClipartSource(location, split),
+    "openclipart": lambda location, cfg, split, size: openclipart_source(location, split, size),  # cached per size
     "cifar10": lambda location, cfg, split, size: cifar_source("cifar10", location, split),
     "cifar100": lambda location, cfg, split, size: cifar_source("cifar100", location, split),
     "folder": lambda location, cfg, split, size: image_folder_split(location, cfg, split),
