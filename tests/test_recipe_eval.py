@@ -4,6 +4,7 @@ CPU: each protocol on a random encoder and on an MPP run, the feature cache, the
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ EVAL = ROOT / "eval"
 ENCODER = TINY[:5]  # the model settings of TINY: 16 px, 4 px patches, width 32, 2 blocks
 DATA = ["data.shots_per_class=40", "eval.batch_size=512"]  # 400 shapes training images (10 classes); all 10,000 test
 MONITORED = ["monitor.few_shot_every=3", "monitor.few_shot_shots=2", "monitor.few_shot_test_per_class=5",
-             "monitor.mosaic_every=3", "monitor.mosaic_images=4"]
+             "monitor.mosaic_every=3", "monitor.mosaic_images=4", "monitor.final_few_shot_draws=2"]
 
 
 def tags(run_dir: Path) -> dict[str, list[str]]:
@@ -41,6 +42,34 @@ def test_mpp_pre_training_logs_few_shot_accuracy_and_mosaics_as_it_goes(mpp_run)
     assert steps == [0, 24, 48]  # before the first step and every 3 steps of 8 images
     assert sorted(path.name for path in (mpp_run / "pictures").iterdir()) == [
         "mpp_step_00000000.png", "mpp_step_00000003.png", "mpp_step_00000006.png"]
+
+
+def final_few_shot(run_dir: Path) -> tuple[list[float], list[float]]:
+    """The closing comparison's per-draw accuracies in metrics.json: (trained, at initialisation)."""
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    comparison = metrics["few_shot_comparison"]
+    assert metrics["few_shot_accuracy"] == pytest.approx(sum(comparison["trained"]) / 2)
+    assert metrics["few_shot_accuracy_at_init"] == pytest.approx(sum(comparison["at_init"]) / 2)
+    return comparison["trained"], comparison["at_init"]
+
+
+def test_mpp_ends_by_scoring_the_trained_encoder_against_itself_at_initialisation(tmp_path, mpp_run):
+    trained, at_init = final_few_shot(mpp_run)
+    assert len(trained) == len(at_init) == 2 and trained != at_init
+    assert {"few_shot/final_trained", "few_shot/final_at_init"} <= set(tags(mpp_run)["scalars"])
+    # With a learning rate too small to move a weight (1e-30 against weights of ~1e-2, whose float32 spacing is ~1e-9)
+    # the trained encoder is the initial one: the two must agree, draw for draw.
+    launch(f"output_dir={tmp_path / 'still'}", *TINY, *MONITORED, "train.lr=1e-30")
+    still_trained, still_at_init = final_few_shot(tmp_path / "still")
+    assert still_trained == still_at_init == at_init
+    # A resumed run compares with the same initial encoder, not with the checkpoint it resumed from.
+    resumed = tmp_path / "resumed"
+    shutil.copytree(mpp_run, resumed)
+    for later in ("checkpoints/step_00000006", "export"):
+        shutil.rmtree(resumed / later)
+    (resumed / "metrics.json").unlink()
+    launch(f"output_dir={resumed}", *TINY, *MONITORED, "--resume")
+    assert final_few_shot(resumed) == (trained, at_init)
 
 
 def test_a_monitored_run_trains_exactly_as_an_unmonitored_one(tmp_path, mpp_run):
