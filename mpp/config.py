@@ -558,6 +558,20 @@ def config_keys(cls: type) -> list[str]:
     return keys
 
 
+def parsed_yaml(text: str, source: str) -> Any:
+    """``text`` parsed as YAML; a syntax error is one ConfigError naming ``source``, the line and column, and what
+    the parser found and expected, instead of yaml's traceback."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = "" if mark is None else (f", line {mark.line + 1}, column {mark.column + 1}" if "\n" in text.strip()
+                                         else f", column {mark.column + 1}")
+        said = "; ".join(part for part in (error.context, error.problem) if part)
+        raise ConfigError(f"{source}{where}: not valid YAML ({said}); check the brackets, quotes and indentation "
+                          "there") from None
+
+
 def build_config(cls: type, preset: Optional[str | Path] = None, overrides: typing.Sequence[str] = ()) -> Any:
     """The dataclass defaults, updated by a YAML preset, updated by ``key=value`` overrides."""
     values: dict[str, Any] = {}
@@ -565,7 +579,7 @@ def build_config(cls: type, preset: Optional[str | Path] = None, overrides: typi
         path = Path(preset)
         if not path.is_file():
             raise ConfigError(f"config file {path} does not exist; presets live in recipes/configs/")
-        loaded = yaml.safe_load(path.read_text()) or {}
+        loaded = parsed_yaml(path.read_text(), f"config file {path}") or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping of keys to values")
         values.update(_flatten(loaded))
@@ -647,7 +661,7 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
             raise ConfigError(f"{key}={value!r} is not one of: {', '.join(map(str, args))}")
         return value
     if origin is tuple:
-        items = yaml.safe_load(value) if isinstance(value, str) else value
+        items = parsed_yaml(value, f"{key}={value}") if isinstance(value, str) else value
         item_type = args[0]
         if not isinstance(items, (list, tuple)):
             example = f"[{items}]" if item_type is str else "[0.5,0.5,0.5]"

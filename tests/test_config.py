@@ -72,6 +72,16 @@ def test_bad_values_name_the_key_and_the_problem(override, message):
         build_config(MPPRunConfig, overrides=overrides)
 
 
+def test_yaml_that_cannot_be_parsed_is_named_with_its_line_and_column(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: {steps: 3\nmodel:\n  depth: 2\n")  # the mapping is never closed
+    with pytest.raises(ConfigError, match=rf"config file {bad}, line 2, column 6: not valid YAML \(while parsing a "
+                                          r"flow mapping; expected ',' or '}', but got ':'\)"):
+        build_config(MPPRunConfig, bad)
+    with pytest.raises(ConfigError, match=r"data.mean=\[0.5,0.5, column 9: not valid YAML .*expected ',' or '\]'"):
+        build_config(MPPRunConfig, None, ["data.mean=[0.5,0.5"])
+
+
 def test_missing_preset_file_is_named(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         build_config(MPPRunConfig, tmp_path / "nope.yaml")

@@ -122,6 +122,16 @@ def test_an_unknown_key_is_refused_with_the_valid_keys(tmp_path):
     assert "valid keys:" in result.stderr and not (tmp_path / "run").exists()
 
 
+def test_a_preset_that_is_not_valid_yaml_is_refused_in_one_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: {steps: 3\nmodel:\n  depth: [1, 2\n")
+    result = subprocess.run([sys.executable, str(RECIPE), "--config", str(bad), f"output_dir={tmp_path / 'run'}"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: config file {bad}, line 2, column 6: not valid")
+    assert not (tmp_path / "run").exists()
+
+
 def test_an_output_dir_that_is_a_file_is_refused_in_one_line(tmp_path):
     notes = tmp_path / "notes.txt"
     notes.write_text("mine")
