@@ -52,6 +52,21 @@ def test_more_broken_files_than_allowed_stop_with_a_clear_message(tmp_path):
         list(loader)
 
 
+def test_a_folder_too_small_for_a_batch_says_first_what_is_wrong_with_its_files(tmp_path):
+    # Every file broken: no batch size would help, so the error says so and names some.
+    cfg = DataConfig(source=f"folder:{folder_with_broken_files(tmp_path / 'bad', good=0, broken=20)}")
+    dataset = build_dataset(cfg, "train", 4, channels=3, augment=True)
+    with pytest.raises(DataError, match=r"none of the 20 images of image folder .* can be decoded \(e.g. .*000.jpg: .*"
+                                        r"; check that data.source points at image files") as refused:
+        build_loader(dataset, batch_size=64, cfg=cfg, train=True)
+    assert "micro_batch_size" not in str(refused.value)
+    # Some readable: the batch size is the fix, and the broken files are still counted.
+    cfg = DataConfig(source=f"folder:{folder_with_broken_files(tmp_path / 'some', good=12, broken=8)}")
+    with pytest.raises(DataError, match=r"the training set has 20 images \(8 more cannot be decoded, e.g. .*\), fewer "
+                                        r"than one batch of 64; lower train.micro_batch_size"):
+        build_loader(build_dataset(cfg, "train", 4, channels=3, augment=True), batch_size=64, cfg=cfg, train=True)
+
+
 def test_two_processes_read_distinct_shards_of_every_epoch(tmp_path, fashion_mnist_dir):
     folder = fashion_mnist_dir(np.zeros((40, 8, 8)), np.zeros((4, 8, 8)))  # label = index
     out = tmp_path / "out"

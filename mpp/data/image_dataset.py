@@ -23,6 +23,7 @@ from mpp.data.image_source import (
     FileSource,
     ImageSource,
     UndecodableImage,
+    decode,
     jpeg_data,
     open_image,
 )
@@ -171,6 +172,19 @@ class ImageDataset(Dataset):
         if failed > self.max_bad_fraction * len(self) or failed >= len(self):
             raise too_many_failures(failed, len(self), self.max_bad_fraction, self.source.description,
                                     f"{self.source.name(index)}: {error}") from None
+
+    def undecodable_now(self) -> list[str]:
+        """Every selected file decoded whole, once: "name: why" of each that fails (none for in-memory sources). For
+        a dataset too small to train on, to say first what is wrong with its data."""
+        if not isinstance(self.source, FileSource):
+            return []
+        failed = []
+        for index in self.indices.tolist():
+            try:
+                decode(open_image(self.source.encoded(index)), self.source.mode)
+            except UndecodableImage as error:
+                failed.append(f"{self.source.name(index)}: {error}")
+        return failed
 
     def skipped_count(self) -> int:
         return int(self.undecodable.sum())

@@ -95,9 +95,14 @@ def build_loader(
     """Training: shuffled, whole batches only (every step sees as many images). Evaluation: in order, all images."""
     streaming = isinstance(dataset, StreamingImageDataset)
     if train and not streaming and len(dataset) < batch_size:
+        failed = dataset.undecodable_now() if isinstance(dataset, ImageDataset) else []
+        if failed and len(failed) == len(dataset):  # what is wrong with the data first: no batch size helps
+            raise DataError(f"none of the {len(dataset)} images of {dataset.source.description} can be decoded "
+                            f"(e.g. {'; '.join(failed[:3])}); check that data.source points at image files")
         raise DataError(
-            f"the training set has {len(dataset)} images, fewer than one batch of {batch_size}; "
-            "lower train.micro_batch_size or train.global_batch_size"
+            f"the training set has {len(dataset)} images"
+            + (f" ({len(failed)} of them cannot be decoded, e.g. {failed[0]})" if failed else "")
+            + f", fewer than one batch of {batch_size}; lower train.micro_batch_size or train.global_batch_size"
         )
     if cfg.decode == "gpu":  # decoded in the main process, straight into GPU memory: nothing to hand over or pin
         workers, pin_memory = 0, False
