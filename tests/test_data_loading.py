@@ -62,7 +62,7 @@ def test_a_folder_too_small_for_a_batch_says_first_what_is_wrong_with_its_files(
     assert "micro_batch_size" not in str(refused.value)
     # Some readable: the batch size is the fix, and the broken files are still counted.
     cfg = DataConfig(source=f"folder:{folder_with_broken_files(tmp_path / 'some', good=12, broken=8)}")
-    with pytest.raises(DataError, match=r"the training set has 20 images \(8 more cannot be decoded, e.g. .*\), fewer "
+    with pytest.raises(DataError, match=r"the training set has 20 images \(8 of them cannot be decoded, e.g. .*\), fewer "
                                         r"than one batch of 64; lower train.micro_batch_size"):
         build_loader(build_dataset(cfg, "train", 4, channels=3, augment=True), batch_size=64, cfg=cfg, train=True)
 
