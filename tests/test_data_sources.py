@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gzip
+import logging
+import os
 import pickle
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import torch
 from PIL import Image
 
 from mpp.config import DataConfig
+from mpp.data.image_folder import ImageFolderSource
 from mpp.data.image_source import UndecodableImage, decode, open_image
 from mpp.data.loading import build_dataset
 from mpp.data.sources import DataError, open_source
@@ -141,3 +144,24 @@ def test_every_source_kind_the_config_accepts_has_a_reader():
     from mpp.data.sources import READERS
 
     assert READERS.keys() == SOURCE_KINDS.keys()
+
+
+def test_a_folder_scan_follows_links_but_reads_each_file_once_and_never_loops(tmp_path, caplog):
+    root, elsewhere = tmp_path / "data", tmp_path / "elsewhere"
+    for i in range(80):
+        path = root / "ab"[i % 2] / f"{i:02d}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (4, 4), (i, 0, 0)).save(path)
+    (elsewhere / "birds").mkdir(parents=True)
+    Image.new("RGB", (4, 4)).save(elsewhere / "birds" / "linked-in.png")
+    (root / "a" / "up").symlink_to("..")  # a loop: a -> data -> a -> ...
+    (root / "a" / "birds").symlink_to(elsewhere / "birds")  # a dataset linked in: followed
+    (root / "b" / "again.png").symlink_to(root / "a" / "00.png")  # one file, reached twice
+    with caplog.at_level(logging.WARNING, logger="mpp.data.image_folder"):
+        source = ImageFolderSource(root)
+    assert len(source) == 81 and torch.bincount(source.labels).tolist() == [41, 40]
+    assert len({os.path.realpath(path) for path in source.files}) == 81
+    assert any(path.name == "linked-in.png" for path in source.files)
+    (warning,) = [record.getMessage() for record in caplog.records]  # said once, for the whole folder
+    assert "1 files reached a second time through symbolic links, read once" in warning  # b/again.png
+    assert "1 linked folders already read, or parents (loops), not entered" in warning  # a/up

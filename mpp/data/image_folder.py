@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -12,6 +13,7 @@ from mpp.config import DataError
 from mpp.data.image_source import FileSource, read_file
 
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
+logger = logging.getLogger(__name__)
 LAYOUT = "folder: expects <dir>/<class name>/<image files> (jpg, png, ...)"
 
 
@@ -24,13 +26,50 @@ def class_folders(root: Path) -> list[str]:
     return names
 
 
-def image_files(folder: Path) -> list[Path]:
-    return sorted(
-        Path(parent) / name
-        for parent, _, names in os.walk(folder, followlinks=True)
-        for name in names
-        if Path(name).suffix.lower() in IMAGE_EXTENSIONS
-    )
+class FolderScan(NamedTuple):
+    files: list[Path]  # sorted
+    repeated: list[Path]  # reached a second time through symbolic links: passed over
+    loops: list[str]  # linked folders already read, or links up to a parent: not entered
+
+
+def image_files(folder: Path, seen: Optional[set[str]] = None) -> FolderScan:
+    """The image files under ``folder``. Symbolic links are followed (datasets are often linked in), but each file
+    is listed once, by its resolved path (``seen``, shared between calls, holds those listed), and neither a folder
+    already read nor a link up to a parent of ``folder`` (a loop) is entered."""
+    seen = set() if seen is None else seen
+    top = os.path.realpath(folder)
+    entered: set[str] = set()
+    scan = FolderScan([], [], [])
+    for parent, folders, names in os.walk(folder, followlinks=True):
+        real = os.path.realpath(parent)
+        if real in entered or (real != top and (top + os.sep).startswith(real + os.sep)):
+            folders[:] = []  # a second link to a folder already read, or a link up to a parent: a loop
+            scan.loops.append(parent)
+            continue
+        entered.add(real)
+        folders.sort()  # which of two links to one file is kept does not depend on the file system's order
+        for name in sorted(names):
+            if Path(name).suffix.lower() not in IMAGE_EXTENSIONS:
+                continue
+            path = Path(parent) / name
+            resolved = os.path.realpath(path)
+            if resolved in seen:
+                scan.repeated.append(path)
+                continue
+            seen.add(resolved)
+            scan.files.append(path)
+    scan.files.sort()
+    return scan
+
+
+def report_passed_over(root: Path, scans: list[FolderScan]) -> None:
+    """One log line for what a scan of ``root`` passed over, if anything."""
+    repeated = [path for scan in scans for path in scan.repeated]
+    loops = [path for scan in scans for path in scan.loops]
+    if repeated or loops:
+        logger.warning("image folder %s: %d files reached a second time through symbolic links, read once (e.g. %s); "
+                       "%d linked folders already read, or parents (loops), not entered (e.g. %s)", root,
+                       len(repeated), repeated[0] if repeated else "none", len(loops), loops[0] if loops else "none")
 
 
 class ImageFolderSource(FileSource):
@@ -53,8 +92,11 @@ class ImageFolderSource(FileSource):
             )
         self.files: list[Path] = []
         labels: list[int] = []
-        for name in present:
-            found = image_files(root / name)
+        seen: set[str] = set()  # resolved paths: a file linked into two classes is read once, in the first
+        scans = [image_files(root / name, seen) for name in present]
+        report_passed_over(root, scans)
+        for name, scan in zip(present, scans):
+            found = scan.files
             self.files += found
             labels += [self.class_names.index(name)] * len(found)
         if not self.files:
