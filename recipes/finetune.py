@@ -26,7 +26,7 @@ from timm.models.vision_transformer import VisionTransformer
 
 from mpp.command_line import run_recipe
 from mpp.config import FinetuneRunConfig
-from mpp.data.loading import build_dataset
+from mpp.data.loading import build_dataset, warn_if_tested_on_training_images
 from mpp.data.transforms import image_view
 from mpp.models.classifier import ImageClassifier
 from mpp.models.encoder import count_parameters
@@ -66,6 +66,7 @@ def main(cfg: FinetuneRunConfig) -> dict[str, Any]:
         trainer = Trainer(session, classifier(encoder), train_set, cfg, ema_decay=cfg.finetune.ema_decay)
 
         session.start()
+        warn_if_tested_on_training_images(train_set, test_set)
         logger.info("init: %s", pretrained.location if pretrained else "none (training from scratch)")
         logger.info("plan: %s", trainer.describe())
         logger.info("data: %s; test: %s", train_set.description, test_set.description)

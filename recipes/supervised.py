@@ -19,7 +19,7 @@ sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(
 
 from mpp.command_line import run_recipe
 from mpp.config import SupervisedRunConfig
-from mpp.data.loading import build_dataset
+from mpp.data.loading import build_dataset, warn_if_tested_on_training_images
 from mpp.evaluation.monitors import pre_training_monitors
 from mpp.models.classifier import ImageClassifier
 from mpp.models.encoder import count_parameters, create_encoder
@@ -48,6 +48,7 @@ def main(cfg: SupervisedRunConfig) -> dict[str, Any]:
         monitors = pre_training_monitors(accelerator, model, cfg.monitor, cfg.data, session.run_dir, cfg.seed)
 
         session.start()
+        warn_if_tested_on_training_images(train_set, test_set)
         logger.info("plan: %s", trainer.describe())
         logger.info("data: %s; test: %s", train_set.description, test_set.description)
         logger.info("encoder: %s, %.2fM parameters, %d patches per image; %s head on the %s, %d classes",

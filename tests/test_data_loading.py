@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from PIL import Image
 
 from mpp.config import DataConfig
-from mpp.data.loading import build_dataset, build_loader
+from mpp.data.loading import build_dataset, build_loader, warn_if_tested_on_training_images
 from mpp.data.sources import DataError
 from tests.launching import TINY, launch
 
@@ -92,3 +93,28 @@ def test_the_recipe_reports_skipped_files_at_the_end_and_stops_when_too_many_fai
                     check=False)
     assert failed.returncode == 1
     assert "error: 1 of 16 images of image folder" in failed.stderr and "data.max_bad_fraction=0.0" in failed.stderr
+
+
+@pytest.mark.parametrize("eval_folder", ["same path", "linked path"])
+def test_testing_on_the_training_images_is_warned_about(tmp_path, caplog, eval_folder):
+    root = folder_with_broken_files(tmp_path / "images", good=10, broken=0)
+    (tmp_path / "link").symlink_to(root)
+    cfg = DataConfig(source=f"folder:{root}", eval_folder=str(root if eval_folder == "same path" else tmp_path / "link"))
+    train, test = (build_dataset(cfg, split, 4, channels=3, augment=False) for split in ("train", "test"))
+    with caplog.at_level(logging.WARNING, logger="mpp.data.loading"):
+        warn_if_tested_on_training_images(train, test)
+    (warning,) = [record.getMessage() for record in caplog.records]
+    assert warning.startswith("10 of the 10 test images are training images") and "data.eval_folder" in warning
+
+
+def test_separate_splits_and_a_hold_out_slice_are_not_warned_about(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="mpp.data.loading"):
+        shapes = DataConfig(source="shapes", holdout_fraction=0.1)
+        train = build_dataset(shapes, "train", 8, channels=3, augment=False)
+        for split in ("test", "holdout"):
+            warn_if_tested_on_training_images(train, build_dataset(shapes, split, 8, channels=3, augment=False))
+        folders = DataConfig(source=f"folder:{folder_with_broken_files(tmp_path / 'a', good=4, broken=0)}",
+                             eval_folder=str(folder_with_broken_files(tmp_path / 'b', good=4, broken=0)))
+        warn_if_tested_on_training_images(*(build_dataset(folders, split, 4, channels=3, augment=False)
+                                            for split in ("train", "test")))
+    assert not caplog.records

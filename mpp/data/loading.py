@@ -5,6 +5,7 @@ the raw pixels of the augmented image, the model normalises its input."""
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from typing import Iterator
 
@@ -20,6 +21,8 @@ from mpp.data.image_source import FileSource
 from mpp.data.sources import open_source
 from mpp.data.subsets import holdout_split, shots_per_class
 from mpp.data.transforms import image_view
+
+logger = logging.getLogger(__name__)
 
 
 def build_dataset(
@@ -62,6 +65,31 @@ def build_dataset(
                 indices = kept[shots_per_class(source.labels[kept], cfg.shots_per_class, cfg.subset_seed)]
     return ImageDataset(source, view, channels, indices, seed, cfg.max_bad_fraction,
                         "cuda" if cfg.decode == "gpu" else None)
+
+
+def warn_if_tested_on_training_images(train_set: Dataset, test_set: Dataset) -> None:
+    """Warns when test images are training images, a slip that makes every figure meaningless: the same source and
+    split read twice (hf: data.eval_split naming the training split), or the same files reached by two paths
+    (data.eval_folder naming the training folder, or one inside it)."""
+    if not (isinstance(train_set, ImageDataset) and isinstance(test_set, ImageDataset)):
+        return
+    if train_set.source.description == test_set.source.description:
+        shared = len(set(train_set.indices.tolist()) & set(test_set.indices.tolist()))
+    elif isinstance(train_set.source, FileSource) and isinstance(test_set.source, FileSource):
+        shared = len(resolved_files(train_set) & resolved_files(test_set))
+    else:
+        return
+    if shared:
+        logger.warning("%d of the %d test images are training images (training: %s; test: %s): every test figure "
+                       "measures memory, not generalisation; test on other images (data.eval_folder, "
+                       "data.eval_split, or a hold-out slice: data.holdout_fraction)", shared, len(test_set),
+                       train_set.source.description, test_set.source.description)
+
+
+def resolved_files(dataset: ImageDataset) -> set[str]:
+    """The real paths of the dataset's images that are files on this machine (a folder's; most hf rows have none)."""
+    names = (dataset.source.name(index) for index in dataset.indices.tolist())
+    return {os.path.realpath(name) for name in names if os.path.isfile(name)}
 
 
 def sample_images(dataset: Dataset, count: int, seed: int, batch_size: int = 256) -> Iterator[torch.Tensor]:

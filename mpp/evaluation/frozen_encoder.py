@@ -20,7 +20,7 @@ from torch import nn
 
 from mpp.config import ConfigError, EvaluationRunConfig
 from mpp.data.image_dataset import ImageDataset
-from mpp.data.loading import build_dataset, build_loader, prepare_loader
+from mpp.data.loading import build_dataset, build_loader, prepare_loader, warn_if_tested_on_training_images
 from mpp.models.encoder import ImageEncoder, InputNormalisation, count_parameters
 from mpp.models.pretrained import fine_tuning_encoder, fine_tuning_model_config, input_normalisation, read_pretrained
 from mpp.run.directory import FEATURES_DIR, PARTIAL_SUFFIX
@@ -104,6 +104,7 @@ def open_evaluation_run(cfg: EvaluationRunConfig, prefix: str) -> EvaluationRun:
               for split in ("train", "test")]
     run = EvaluationRun(session, accelerator.prepare_model(extractor, evaluation_mode=True), *splits, cfg)
     session.start()
+    warn_if_tested_on_training_images(*splits)
     if cfg.eval.features == "pixels":  # the encoder built above is never called
         described = f"none, {image_size} px views"
     else:
