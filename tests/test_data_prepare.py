@@ -72,3 +72,11 @@ def test_an_interrupted_preparation_continues_and_a_finished_one_is_never_overwr
     (tmp_path / "notes" / "a.txt").write_text("mine")
     with pytest.raises(DataError, match="not a prepared dataset"):
         prepare(settings, tmp_path / "notes", ["train"], workers=1)
+
+
+def test_a_folder_linked_into_itself_is_prepared_once_per_file(tmp_path):
+    photos = photo_folder(tmp_path / "photos")
+    (photos / "cat" / "up").symlink_to("..")  # without care, the scan goes round cat -> photos -> cat ... 40 times
+    record = prepare(Settings(f"folder:{photos}", (), short_side=32, quality=90, shard_size=4), tmp_path / "out",
+                     ["train"], workers=1)
+    assert sum(shard["rows"] for shard in record["splits"]["train"]["shards"].values()) == 10  # 11 files, 1 broken
