@@ -8,7 +8,6 @@ TensorBoard events, checkpoints/, export/ (the encoder in timm's hub format) and
 
 from __future__ import annotations
 
-import copy
 import logging
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(
 from mpp.command_line import run_recipe
 from mpp.config import MPPRunConfig
 from mpp.data.loading import build_dataset, sample_images
-from mpp.evaluation.few_shot import few_shot_against_initialisation
+from mpp.evaluation.few_shot import FewShotAgainstInitialisation
 from mpp.evaluation.monitors import monitored_images, pre_training_monitors
 from mpp.models.encoder import count_parameters, create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor, most_frequent_class_accuracy
@@ -46,10 +45,10 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
                                 process_index=accelerator.process_index, num_processes=accelerator.num_processes)
         trainer = Trainer(session, model, dataset, cfg, accuracy_name="mpp_accuracy")
         monitors = pre_training_monitors(accelerator, model, cfg.monitor, cfg.data, session.run_dir, cfg.seed)
-        # The encoder before its first step (a resumed run draws the same one: the session seeds it), to show at the
-        # end what pre-training bought.
-        initial_encoder = copy.deepcopy(encoder) if cfg.monitor.final_few_shot_draws else None
-        labelled = monitored_images(model, cfg.data, cfg.seed) if initial_encoder is not None else None
+        # Copies the encoder before its first step (a resumed run draws the same one: the session seeds it).
+        against_init = (FewShotAgainstInitialisation(accelerator, model, monitored_images(model, cfg.data, cfg.seed),
+                                                     cfg.monitor, cfg.seed)
+                        if cfg.monitor.final_few_shot_draws else None)
 
         session.start()
         logger.info("plan: %s", trainer.describe())
@@ -62,9 +61,8 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
 
         metrics = trainer.fit(monitors)
         metrics["mpp_accuracy_most_frequent_class"] = baseline
-        if initial_encoder is not None:
-            metrics |= few_shot_against_initialisation(accelerator, trainer.trained_model, initial_encoder, labelled,
-                                                       cfg.monitor, cfg.seed)
+        if against_init is not None:
+            metrics |= against_init()
             accelerator.log({"few_shot/final_trained": metrics["few_shot_accuracy"],
                              "few_shot/final_at_init": metrics["few_shot_accuracy_at_init"]}, step=0)
         if accelerator.is_main_process:  # the encoder alone, in timm's hub format

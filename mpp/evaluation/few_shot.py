@@ -3,18 +3,19 @@ regressed onto {-1, 1}^K targets in closed form (``ridge_regression``), the pena
 other training images, scored on test images; repeated over seeds.
 
 ``few_shot_evaluation`` is eval/few_shot.py's protocol; ``FewShotMonitor`` runs the same fit on a fixed small slice
-during pre-training, so representation quality can be watched as it rises.
+during pre-training, so representation quality can be watched as it rises; ``FewShotAgainstInitialisation`` ends an
+MPP run by scoring the trained encoder against itself at initialisation.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import statistics
 from typing import Any, Callable, Optional, Sequence
 
 import torch
 from accelerate import Accelerator
-from timm.models.vision_transformer import VisionTransformer
 
 from mpp.config import FewShotConfig, MonitorConfig, MPPMonitorConfig
 from mpp.data.image_dataset import ImageDataset
@@ -123,26 +124,36 @@ class FewShotMonitor:
                     step, score, self.cfg.few_shot_shots, self.cfg.features)
 
 
-def few_shot_against_initialisation(accelerator: Accelerator, model: ImageEncoder, initial: VisionTransformer,
-                                    dataset: ImageDataset, cfg: MPPMonitorConfig, seed: int) -> dict[str, Any]:
-    """What pre-training bought: few-shot accuracy of ``model``'s trained encoder and of ``initial``, the same
-    encoder before its first step, both scored on the same images in each of ``cfg.final_few_shot_draws`` seeded
-    draws of the monitor's slices (``dataset``: the training split through the evaluation view, labelled)."""
-    at_init = ImageEncoder(initial.to(accelerator.device), model.normalise, cfg.features)
-    trained, untrained = [], []
-    for draw in range(cfg.final_few_shot_draws):
-        monitor = FewShotMonitor(accelerator, model, dataset, cfg, seed + draw)
-        trained.append(monitor.accuracy())
-        untrained.append(monitor.accuracy(at_init))
-    gains = [a - b for a, b in zip(trained, untrained)]
+class FewShotAgainstInitialisation:
+    """What pre-training bought: few-shot accuracy of the trained encoder and of the same encoder before its first
+    step, both scored on the same images in each of ``cfg.final_few_shot_draws`` seeded draws of the monitor's
+    slices. Made before training (it copies the encoder then, and a dataset too small for its slices is refused
+    before anything is written); called once training has ended."""
 
-    def spread(values: list[float]) -> float:
-        return statistics.stdev(values) if len(values) > 1 else 0.0
+    def __init__(self, accelerator: Accelerator, model: ImageEncoder, dataset: ImageDataset, cfg: MPPMonitorConfig,
+                 seed: int):
+        """``model``: the (unwrapped) model about to be trained; ``dataset``: the training split through the
+        evaluation view, labelled."""
+        self.cfg = cfg
+        self.draws = [FewShotMonitor(accelerator, model, dataset, cfg, seed + draw)
+                      for draw in range(cfg.final_few_shot_draws)]
+        initial = copy.deepcopy(model.encoder)
+        self.at_init = ImageEncoder(initial.to(accelerator.device), model.normalise, cfg.features)
 
-    logger.info("%d-shot accuracy over %d draws: trained %.4f +- %.4f, at initialisation %.4f +- %.4f; gain %+.4f "
-                "+- %.4f", cfg.few_shot_shots, len(trained), statistics.fmean(trained), spread(trained),
-                statistics.fmean(untrained), spread(untrained), statistics.fmean(gains), spread(gains))
-    return {"few_shot_accuracy": statistics.fmean(trained), "few_shot_accuracy_at_init": statistics.fmean(untrained),
-            "few_shot_comparison": {"shots": cfg.few_shot_shots, "features": cfg.features, "trained": trained,
-                                    "at_init": untrained, "gain_mean": statistics.fmean(gains),
-                                    "gain_std": spread(gains)}}
+    def __call__(self) -> dict[str, Any]:
+        trained = [draw.accuracy() for draw in self.draws]
+        untrained = [draw.accuracy(self.at_init) for draw in self.draws]
+        gains = [a - b for a, b in zip(trained, untrained)]
+
+        def spread(values: list[float]) -> float:
+            return statistics.stdev(values) if len(values) > 1 else 0.0
+
+        logger.info("%d-shot accuracy over %d draws: trained %.4f +- %.4f, at initialisation %.4f +- %.4f; gain "
+                    "%+.4f +- %.4f", self.cfg.few_shot_shots, len(trained), statistics.fmean(trained),
+                    spread(trained), statistics.fmean(untrained), spread(untrained), statistics.fmean(gains),
+                    spread(gains))
+        return {"few_shot_accuracy": statistics.fmean(trained),
+                "few_shot_accuracy_at_init": statistics.fmean(untrained),
+                "few_shot_comparison": {"shots": self.cfg.few_shot_shots, "features": self.cfg.features,
+                                        "trained": trained, "at_init": untrained,
+                                        "gain_mean": statistics.fmean(gains), "gain_std": spread(gains)}}
