@@ -13,7 +13,7 @@ from PIL import Image
 from mpp.config import DataConfig
 from mpp.data.loading import build_dataset, build_loader, warn_if_tested_on_training_images
 from mpp.data.sources import DataError
-from tests.launching import TINY, launch
+from tests.launching import NO_MPP_MONITORS, TINY, launch
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -83,7 +83,7 @@ def test_two_processes_read_distinct_shards_of_every_epoch(tmp_path, fashion_mni
 
 def test_the_recipe_reports_skipped_files_at_the_end_and_stops_when_too_many_fail(tmp_path):
     folder = folder_with_broken_files(tmp_path / "images", good=15, broken=1)
-    tiny = [f"data.source=folder:{folder}", "data.crop_scale=[0.5,1.0]", *TINY]
+    tiny = [f"data.source=folder:{folder}", "data.crop_scale=[0.5,1.0]", *TINY, *NO_MPP_MONITORS]
     launch(f"output_dir={tmp_path / 'run'}", "data.max_bad_fraction=0.1", *tiny)
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["skipped_images"] == 1
     log = (tmp_path / "run" / "log.txt").read_text()

@@ -84,7 +84,7 @@ def test_splits_of_the_built_dataset_respect_holdout_and_shots():
     cfg = DataConfig(holdout_fraction=0.1, shots_per_class=3, subset_seed=5)
     train = build_dataset(cfg, "train", 8, channels=3, augment=False)
     holdout = build_dataset(cfg, "holdout", 8, channels=3, augment=False)
-    assert len(holdout) == 5000 and len(train) == 24 and torch.bincount(train.labels).tolist() == [3] * 8
+    assert len(holdout) == 5000 and len(train) == 30 and torch.bincount(train.labels).tolist() == [3] * 10
     assert not set(train.indices.tolist()) & set(holdout.indices.tolist())
     with pytest.raises(DataError, match="holdout_fraction > 0"):
         build_dataset(DataConfig(), "holdout", 8, channels=3, augment=False)

@@ -101,14 +101,14 @@ def test_each_protocol_reports_its_accuracy_and_shares_the_cached_features(tmp_p
     probe = launch(f"output_dir={tmp_path / 'probe'}", "linear_probe.max_iterations=20", *common,
                    script=EVAL / "linear_probe.py")
     metrics = json.loads((tmp_path / "probe" / "metrics.json").read_text())
-    assert 0 <= metrics["linear_probe"]["test_accuracy"] <= 1 and metrics["train_images"] == 320
+    assert 0 <= metrics["linear_probe"]["test_accuracy"] <= 1 and metrics["train_images"] == 400
     assert "linear_probe/test_accuracy" in tags(tmp_path / "probe")["scalars"]
     assert "test: 10000 features read from" in probe.stderr  # extracted once, by the few-shot run
 
     knn = launch(f"output_dir={tmp_path / 'knn'}", "knn.k=5", *common, script=EVAL / "knn.py")
     metrics = json.loads((tmp_path / "knn" / "metrics.json").read_text())
     assert 0 <= metrics["knn"]["test_accuracy"] <= 1 and metrics["knn"]["k"] == 5
-    assert "train: 320 features read from" in knn.stderr and "test: 10000 features read from" in knn.stderr
+    assert "train: 400 features read from" in knn.stderr and "test: 10000 features read from" in knn.stderr
 
 
 def test_two_processes_extract_the_features_one_does(tmp_path, mpp_run):
@@ -154,7 +154,7 @@ def test_the_raw_pixel_baseline_reads_the_normalised_images_and_refuses_an_encod
     train_set = build_dataset(DataConfig(shots_per_class=40), "train", 16, 3, augment=False, seed=0)
     image, label = train_set[0]
     expected = ((unit_interval(image) - 0.5) / 0.5).flatten()  # data.mean = data.std = 0.5 by default
-    assert stored["features"].shape == (320, 768) and stored["labels"][0] == label
+    assert stored["features"].shape == (400, 768) and stored["labels"][0] == label
     assert torch.allclose(stored["features"][0], expected, atol=1e-6)
 
     refused = launch(f"output_dir={tmp_path / 'refused'}", *ENCODER, "eval.features=pixels", f"init={mpp_run}",

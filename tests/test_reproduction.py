@@ -188,7 +188,7 @@ def test_the_whole_experiment_runs_writes_its_table_and_plots_and_a_rerun_redoes
     curve = results["rows"]["mpp-colour-50"]["few_shot_during_pretraining"]["0"]
     assert [images for images, _ in curve] == [0, 16, 32]  # before the first step and every 2 steps of 8 images
     assert results["rows"]["scratch"]["few_shot_during_pretraining"] == {}
-    assert results["pixels"]["labelled_images"] == 32 and results["pixels"]["all_images"] == 50_000
+    assert results["pixels"]["labelled_images"] == 40 and results["pixels"]["all_images"] == 50_000
     for plot in ("finetune_accuracy.png", "few_shot_during_pretraining.png"):
         assert (output_dir / plot).read_bytes().startswith(b"\x89PNG")
         assert (publish / plot).read_bytes() == (output_dir / plot).read_bytes()
