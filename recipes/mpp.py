@@ -44,11 +44,13 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
                                 channels=cfg.model.in_chans, augment=True, seed=cfg.seed,
                                 process_index=accelerator.process_index, num_processes=accelerator.num_processes)
         trainer = Trainer(session, model, dataset, cfg, accuracy_name="mpp_accuracy")
-        monitors = pre_training_monitors(accelerator, model, cfg.monitor, cfg.data, session.run_dir, cfg.seed)
+        monitor = cfg.monitor
+        monitored = (monitored_images(model, cfg.data, cfg.seed)
+                     if monitor.few_shot_every or monitor.mosaic_every or monitor.final_few_shot_draws else None)
+        monitors = pre_training_monitors(accelerator, model, monitor, cfg.data, session.run_dir, cfg.seed, monitored)
         # Copies the encoder before its first step (a resumed run draws the same one: the session seeds it).
-        against_init = (FewShotAgainstInitialisation(accelerator, model, monitored_images(model, cfg.data, cfg.seed),
-                                                     cfg.monitor, cfg.seed)
-                        if cfg.monitor.final_few_shot_draws else None)
+        against_init = (FewShotAgainstInitialisation(accelerator, model, monitored, monitor, cfg.seed)
+                        if monitor.final_few_shot_draws else None)
 
         session.start()
         logger.info("plan: %s", trainer.describe())

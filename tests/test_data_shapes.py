@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mpp.data.shapes import AREA_RANGE, SHAPE_NAMES, UNIT_AREAS, ShapeParams, ShapesSource, render_shapes
+from mpp.data.shapes import (AREA_RANGE, COPIES, MAX_STRETCH, MAX_TURN, REACH, SHAPE_NAMES, UNIT_AREAS, WAVES,
+                             ShapeParams, ShapesSource, copy_masks, render_shapes)
 
 CLASSES = len(SHAPE_NAMES)
 
@@ -23,13 +24,16 @@ def test_images_are_rgb_in_the_unit_range_with_ten_balanced_classes():
     images = source.images(torch.arange(64))
     assert images.shape == (64, 3, 32, 32) and images.min() >= 0 and images.max() <= 1
     assert CLASSES == 10 and len(source) == 10_000 and torch.bincount(source.labels).tolist() == [1000] * 10
-    assert images.std(dim=(2, 3)).mean() > 0.05  # not flat: shape against a gradient background
+    assert images.std(dim=(2, 3)).mean() > 0.05  # not flat: shapes against a textured background
 
 
-def centred(radius: float) -> ShapeParams:
-    return ShapeParams(centre=torch.tensor([[0.5, 0.5]]), radius=torch.tensor([radius]),
+def centred(radius: float, turn: float = 0.0, stretch: float = 1.0) -> ShapeParams:
+    """One copy of a shape at the image's centre, white on a black background."""
+    waves = torch.zeros(1, 3, WAVES)
+    return ShapeParams(centre=torch.tensor([[[0.5, 0.5]]]), radius=torch.tensor([[radius]]),
+                       stretch=torch.tensor([[stretch]]), turn=torch.tensor([[turn]]),
                        colour=torch.tensor([[1.0, 1.0, 1.0]]), background=torch.zeros(1, 2, 3),
-                       gradient_angle=torch.zeros(1))
+                       wave_angle=waves, wave_frequency=waves, wave_phase=waves)
 
 
 def shape_mask(label: int, params: ShapeParams, size: int) -> torch.Tensor:
@@ -46,21 +50,33 @@ def test_each_shape_covers_its_unit_area_of_its_square(shape, unit_area):
     assert covered == pytest.approx(unit_area * 0.6**2, rel=0.03)  # the shape's square has side 2 x 0.3
 
 
-def test_every_shape_draws_differently():
-    masks = [shape_mask(label, centred(0.35), 64) for label in range(CLASSES)]
+def test_every_shape_draws_differently_at_every_turn_and_stretch():
+    # A square turned by 45 degrees is a diamond: the turns allowed must keep the classes apart.
+    poses = [(turn, stretch) for turn in torch.linspace(-MAX_TURN, MAX_TURN, 7).tolist()
+             for stretch in (1 / MAX_STRETCH, 1.0, MAX_STRETCH)]
+    masks = torch.stack([torch.stack([shape_mask(label, centred(0.3, turn, stretch), 64) for turn, stretch in poses])
+                         for label in range(CLASSES)])  # (classes poses h w)
     for i in range(CLASSES):
         for j in range(i + 1, CLASSES):
-            assert (masks[i] ^ masks[j]).float().mean() > 0.03, (SHAPE_NAMES[i], SHAPE_NAMES[j])
+            closest = (masks[i, :, None] ^ masks[j, None, :]).float().mean(dim=(2, 3)).min()
+            assert closest > 0.03, (SHAPE_NAMES[i], SHAPE_NAMES[j], closest)  # a fifth of a shape, or more
 
 
-def test_every_class_covers_as_much_of_the_image_and_stays_inside_it():
+def test_every_class_covers_as_much_of_the_image_with_copies_inside_it_and_apart():
     source = ShapesSource("train", 32)
     params = source.params
-    assert ((params.centre - params.radius[:, None]) >= 0).all() and ((params.centre + params.radius[:, None]) <= 1).all()
-    area = 4 * UNIT_AREAS[source.labels] * params.radius**2
+    assert params.radius.shape == (len(source), COPIES)
+    reach = REACH * params.radius * torch.maximum(params.stretch, 1 / params.stretch)  # (b copies)
+    assert ((params.centre - reach[..., None]) >= 0).all() and ((params.centre + reach[..., None]) <= 1).all()
+    area = 4 * UNIT_AREAS[source.labels, None] * params.radius**2
     assert area.min() >= AREA_RANGE[0] - 1e-6 and area.max() <= AREA_RANGE[1] + 1e-6
     per_class = torch.stack([area[source.labels == label].mean() for label in range(CLASSES)])
-    assert per_class.max() - per_class.min() < 0.005  # the same distribution for every shape (its mean: 0.175)
+    assert per_class.max() - per_class.min() < 0.002  # the same distribution for every shape (its mean: 0.055)
+    # Copies are placed apart by a bound on their reach; most images keep them apart to the pixel.
+    masks = copy_masks(source.labels[:2000], params.select(torch.arange(2000)), 32)  # (b copies h w)
+    overlap = masks.sum(dim=1) > 1  # (b h w)
+    assert overlap.flatten(1).any(dim=1).float().mean() < 0.2
+    assert overlap.sum() < 0.01 * masks.any(dim=1).sum()
 
 
 def ridge_accuracies(features: torch.Tensor, labels: torch.Tensor, fit: slice, evaluations: list[slice]) -> list[float]:

@@ -1,15 +1,17 @@
 """The embedded default data: seeded, procedurally drawn coloured shapes, at any resolution, offline.
 
-The class is the shape (10 of them), and nothing else tells it. Everything else is drawn per image independently
-of the class: the shape's area (a tenth to a quarter of the image, so that thin and solid shapes cover alike), its
-position, its colour, a two-colour background gradient in a random direction, whether the shape is lighter or darker
-than its background, and a little pixel noise. Shapes are not rotated, so that no two classes can look alike (a
-square turned by 45 degrees is a diamond).
+The class is the shape (10 of them), and nothing else tells it. Each image shows its shape three times, apart, each
+copy at its own size (2.5% to 8.5% of the image, drawn alike for every class, so that thin and solid shapes cover
+alike), place, slight turn (up to 20 degrees: a square turned by 45 would be a diamond) and stretch (up to 1.25 times
+as wide as high, or as high), in one colour, on a background of two colours mixed by a random wavy texture, lighter
+than it or (half the images, drawn apart from the class) its negative, with a little pixel noise.
 
-What this design is for, measured in README "Data": a shape of random colour at a random place defeats a linear
-classifier or kNN on the pixels, and a colour histogram scores chance, so features must be learned; a small ViT
-learns them; and a patch's mean colour follows from its neighbours (a shape several patches wide in one colour,
-a background that changes smoothly), which is what masked patch prediction learns from.
+What this design is for, measured in README "The embedded data: shapes": three copies at independent places and
+sizes on a textured background leave kNN on the pixels of all 50,000 training images no near neighbour that shares
+the class by its layout (one unturned shape on a plain gradient: kNN 92%), a linear classifier on the pixels and a
+colour histogram score near chance, so features must be learned; a small ViT learns them; and a patch's mean colour
+follows from its neighbours (shapes two or three patches wide in one colour, a background that changes smoothly),
+which is what masked patch prediction learns from.
 
 Image ``i`` of a split is a pure function of (seed, split, i): the same in every process, worker and run. The
 parameters of a whole split are drawn at once; a loader's batch is rendered in one vectorised call.
@@ -27,7 +29,13 @@ from mpp.data.image_source import BatchSource
 
 SPLIT_SIZES = {"train": 50_000, "test": 10_000}
 NOISE_PATTERNS = 16  # pixel-noise images, one drawn at random per image: texture only, so a few suffice
-AREA_RANGE = (0.10, 0.25)  # of the image, whatever the shape
+COPIES = 3  # of the shape in each image
+AREA_RANGE = (0.025, 0.085)  # of the image, per copy, whatever the shape
+MAX_TURN = math.radians(20)  # a square and a diamond (a square turned by 45) stay at least 15 degrees apart
+MAX_STRETCH = 1.25  # of a copy's width against its height, either way, its area kept
+REACH = 1.25  # every shape lies within REACH x radius of its centre (the triangle's base corners: sqrt(1 + 0.75^2))
+PLACEMENT_TRIES = 64  # candidate layouts per image; the one whose copies lie furthest apart is kept
+WAVES = 3  # plane waves summed into each background channel's texture
 
 
 def _radius(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -68,27 +76,45 @@ UNIT_AREAS = unit_areas()
 class ShapeParams:
     """Drawing parameters of a batch of b images; lengths relative to the image side."""
 
-    centre: torch.Tensor  # (b 2) x, y
-    radius: torch.Tensor  # (b) half the side of the shape's square
+    centre: torch.Tensor  # (b copies 2) x, y
+    radius: torch.Tensor  # (b copies) half the side of each copy's square
+    turn: torch.Tensor  # (b copies) radians
+    stretch: torch.Tensor  # (b copies) width over height
     colour: torch.Tensor  # (b 3) the shape's RGB
-    background: torch.Tensor  # (b 2 3) RGB at the two ends of the gradient
-    gradient_angle: torch.Tensor  # (b)
+    background: torch.Tensor  # (b 2 3) the two RGB colours the texture mixes
+    wave_angle: torch.Tensor  # (b 3 waves) direction of each plane wave of each channel's texture
+    wave_frequency: torch.Tensor  # (b 3 waves) cycles per image side
+    wave_phase: torch.Tensor  # (b 3 waves)
 
     def select(self, index: torch.Tensor) -> ShapeParams:
         return ShapeParams(**{name: value[index] for name, value in vars(self).items()})
 
 
+def separated_centres(reach: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """(b copies) how far each copy reaches from its centre -> (b copies 2) centres that keep every copy inside the
+    image; of PLACEMENT_TRIES random layouts, the one whose closest two copies are furthest apart for their reach
+    (apart whenever any of them is)."""
+    margin = reach[:, None, :, None]  # (b 1 copies 1)
+    candidates = margin + torch.rand(len(reach), PLACEMENT_TRIES, COPIES, 2, generator=generator) * (1 - 2 * margin)
+    distance = (candidates[:, :, :, None] - candidates[:, :, None, :]).norm(dim=-1)  # (b tries copies copies)
+    both = (reach[:, :, None] + reach[:, None, :])[:, None]  # (b 1 copies copies)
+    spacing = (distance / both).masked_fill(torch.eye(COPIES, dtype=torch.bool), torch.inf).amin(dim=(2, 3))
+    # (b tries): at least 1 where the copies lie apart
+    return candidates[torch.arange(len(reach)), spacing.argmax(dim=1)]
+
+
 def draw_shape_params(labels: torch.Tensor, generator: torch.Generator) -> ShapeParams:
-    """Parameters for shapes of classes ``labels``: the area is drawn alike for every class and the shape's size
+    """Parameters for shapes of classes ``labels``: each copy's area is drawn alike for every class and its size
     follows from it, so that how much of the image is the shape's colour says nothing of the class."""
     batch_size = len(labels)
 
     def uniform(*shape: int, low: float = 0.0, high: float = 1.0) -> torch.Tensor:
         return low + (high - low) * torch.rand(*shape, generator=generator)
 
-    area = uniform(batch_size, low=AREA_RANGE[0], high=AREA_RANGE[1])
-    radius = torch.sqrt(area / (4 * UNIT_AREAS[labels]))  # the shape's square, side 2r, covers area / unit area
-    centre = radius[:, None] + uniform(batch_size, 2) * (1 - 2 * radius[:, None])  # inside the image
+    area = uniform(batch_size, COPIES, low=AREA_RANGE[0], high=AREA_RANGE[1])
+    radius = torch.sqrt(area / (4 * UNIT_AREAS[labels, None]))  # the shape's square, side 2r, covers area / unit area
+    stretch = torch.exp(uniform(batch_size, COPIES, low=-math.log(MAX_STRETCH), high=math.log(MAX_STRETCH)))
+    centre = separated_centres(REACH * radius * torch.maximum(stretch, 1 / stretch), generator)
     # A light shape on a dark background, or (half the images, drawn apart from the class) its negative: the shape
     # stands out in brightness in every channel. (Colours drawn with a separate direction of contrast in each channel
     # left some shapes as bright as their background, and a small ViT did not leave chance in 2,000 steps.)
@@ -97,28 +123,60 @@ def draw_shape_params(labels: torch.Tensor, generator: torch.Generator) -> Shape
     negative = uniform(batch_size) < 0.5
     background = torch.where(negative[:, None, None], 1 - background, background)
     colour = torch.where(negative[:, None], 1 - colour, colour)
-    return ShapeParams(centre=centre, radius=radius, colour=colour, background=background,
-                       gradient_angle=uniform(batch_size, high=2 * math.pi))
+    return ShapeParams(centre=centre, radius=radius, stretch=stretch,
+                       turn=uniform(batch_size, COPIES, low=-MAX_TURN, high=MAX_TURN),
+                       colour=colour, background=background,
+                       wave_angle=uniform(batch_size, 3, WAVES, high=2 * math.pi),
+                       wave_frequency=uniform(batch_size, 3, WAVES, low=1.0, high=4.0),
+                       wave_phase=uniform(batch_size, 3, WAVES, high=2 * math.pi))
+
+
+def wavy_texture(params: ShapeParams, coords: torch.Tensor) -> torch.Tensor:
+    """(b 3 h w) in [0, 1]: each channel a sum of plane waves sin(a x + c y + phase), stretched to the full range.
+    Each wave is formed from sines and cosines along one row and one column, sin(a x) cos(c y + phase) +
+    cos(a x) sin(c y + phase), a tenth of the sines that a whole image would take."""
+    cycles = 2 * math.pi * params.wave_frequency[..., None]  # (b 3 waves 1)
+    along_x = cycles * torch.cos(params.wave_angle)[..., None] * coords  # (b 3 waves w)
+    along_y = cycles * torch.sin(params.wave_angle)[..., None] * coords + params.wave_phase[..., None]  # (... h)
+    texture = (torch.einsum("bcwy,bcwx->bcyx", torch.cos(along_y), torch.sin(along_x))
+               + torch.einsum("bcwy,bcwx->bcyx", torch.sin(along_y), torch.cos(along_x)))
+    low, high = texture.amin(dim=(2, 3), keepdim=True), texture.amax(dim=(2, 3), keepdim=True)
+    return (texture - low) / (high - low).clamp(min=1e-6)  # a flat texture (no waves) stays flat
+
+
+def pixel_centres(image_size: int) -> torch.Tensor:
+    """(image_size) pixel centres in [0, 1]."""
+    return (torch.arange(image_size, dtype=torch.float32) + 0.5) / image_size
+
+
+def copy_masks(labels: torch.Tensor, params: ShapeParams, image_size: int) -> torch.Tensor:
+    """(b) shape classes -> (b copies h w) bool: the pixels of each copy of each image's shape."""
+    order = labels.argsort()  # the images of each class side by side: each shape's test runs on one slice
+    params = params.select(order)
+    # Each copy's own frame is an affine map of the image's: u = (cos x' + sin y') stretch / radius and
+    # v = (cos y' - sin x') / (stretch radius), x' and y' from the copy's centre. Formed from one row and one
+    # column, so that a full-size tensor is made by one addition.
+    coords = pixel_centres(image_size)
+    cos, sin = torch.cos(params.turn), torch.sin(params.turn)  # (b copies)
+    x, y = params.centre[..., 0], params.centre[..., 1]
+    to_u = params.stretch / params.radius
+    to_v = 1 / (params.stretch * params.radius)
+    u = ((cos * to_u)[..., None, None] * (coords - x[..., None])[..., None, :]
+         + (sin * to_u)[..., None, None] * (coords - y[..., None])[..., :, None])  # (b copies h w)
+    v = ((cos * to_v)[..., None, None] * (coords - y[..., None])[..., :, None]
+         - (sin * to_v)[..., None, None] * (coords - x[..., None])[..., None, :])
+    per_class = torch.bincount(labels, minlength=len(SHAPES)).tolist()
+    inside = torch.cat([is_inside(u_class, v_class) for is_inside, u_class, v_class
+                        in zip(SHAPES.values(), u.split(per_class), v.split(per_class))])
+    return inside[order.argsort()]
 
 
 def render_shapes(labels: torch.Tensor, params: ShapeParams, image_size: int, noise: torch.Tensor) -> torch.Tensor:
     """(b) shape classes -> (b 3 h w) images in [0, 1]; ``noise`` is (b 3 h w) standard normal."""
-    coords = (torch.arange(image_size, dtype=torch.float32) + 0.5) / image_size
-    y, x = torch.meshgrid(coords, coords, indexing="ij")  # (h w)
-    radius = params.radius[:, None, None]
-    u = (x - params.centre[:, 0, None, None]) / radius  # (b h w)
-    v = (y - params.centre[:, 1, None, None]) / radius
-    inside = torch.zeros_like(u, dtype=torch.bool)  # (b h w)
-    for label, is_inside in enumerate(SHAPES.values()):  # over the shapes, each on its own images only
-        chosen = labels == label
-        inside[chosen] = is_inside(u[chosen], v[chosen])
-
-    direction = torch.stack([torch.cos(params.gradient_angle), torch.sin(params.gradient_angle)], dim=-1)
-    along = ((x - 0.5) * direction[:, 0, None, None] + (y - 0.5) * direction[:, 1, None, None]) / math.sqrt(2) + 0.5
-    along = along.clamp(0, 1)[:, None]  # (b 1 h w)
     start, end = params.background[:, 0, :, None, None], params.background[:, 1, :, None, None]  # (b 3 1 1)
-    background = start + (end - start) * along
-    image = torch.where(inside[:, None], params.colour[:, :, None, None], background)
+    background = start + (end - start) * wavy_texture(params, pixel_centres(image_size))
+    shape = copy_masks(labels, params, image_size).any(dim=1)  # (b h w)
+    image = torch.where(shape[:, None], params.colour[:, :, None, None], background)
     return (image + 0.02 * noise).clamp(0, 1)
 
 

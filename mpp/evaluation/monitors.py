@@ -19,15 +19,17 @@ from mpp.models.encoder import ImageEncoder
 
 
 def pre_training_monitors(accelerator: Accelerator, model: ImageEncoder, cfg: MonitorConfig, data: DataConfig,
-                          run_dir: Path, seed: int) -> list[FewShotMonitor | MPPMosaic]:
+                          run_dir: Path, seed: int, dataset: ImageDataset | None = None
+                          ) -> list[FewShotMonitor | MPPMosaic]:
     """The reports ``cfg`` asks for, on ``model`` (unwrapped: its ``encoder`` and ``normalise`` are used in place).
-    They read the training split through the evaluation view (no augmentation); built before the run starts, so
-    that data they cannot use (a stream, no labels, too few images per class) is refused before anything is
-    written."""
+    They read ``dataset``, by default ``monitored_images`` (pass it where the caller reads it too); built before the
+    run starts, so that data they cannot use (a stream, no labels, too few images per class) is refused before
+    anything is written."""
     mosaic_every = cfg.mosaic_every if isinstance(cfg, MPPMonitorConfig) else 0
     if not (cfg.few_shot_every or mosaic_every):
         return []
-    dataset = monitored_images(model, data, seed)
+    if dataset is None:
+        dataset = monitored_images(model, data, seed)
     reports: list[FewShotMonitor | MPPMosaic] = []
     if cfg.few_shot_every:
         reports.append(FewShotMonitor(accelerator, model, dataset, cfg, seed))
