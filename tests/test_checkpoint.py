@@ -27,7 +27,7 @@ from mpp.training.checkpoint import (
 
 
 def test_a_directory_holding_a_run_is_refused_unless_resuming_or_overwriting(tmp_path):
-    claim_output_dir(tmp_path / "new", resume=False, overwrite=False)  # absent: created
+    claim_output_dir(tmp_path / "new", resume=False, overwrite=False).release()  # absent: created
     assert (tmp_path / "new").is_dir()
     run = tmp_path / "run"
     run.mkdir()
@@ -35,9 +35,9 @@ def test_a_directory_holding_a_run_is_refused_unless_resuming_or_overwriting(tmp
     with pytest.raises(RunDirectoryError, match="already holds a run .*metrics.json.*resume=auto.*overwrite=true"):
         claim_output_dir(run, resume=False, overwrite=False)
     assert (run / "metrics.json").read_text() == "{}"  # nothing lost
-    claim_output_dir(run, resume=True, overwrite=False)
+    claim_output_dir(run, resume=True, overwrite=False).release()
     assert (run / "metrics.json").exists()
-    claim_output_dir(run, resume=False, overwrite=True)
+    claim_output_dir(run, resume=False, overwrite=True).release()
     assert run.is_dir() and not any(run.iterdir())
 
 

@@ -14,6 +14,7 @@ from accelerate import PartialState
 from accelerate.utils import broadcast_object_list
 
 from mpp.config import RunError
+from mpp.run.lock import LOCK_FILE, RunDirectoryInUse, RunLock
 
 RUNS_DIR = Path("runs")  # where a run goes when no output_dir is given
 # The layout of a run directory (README, "The run directory"); TensorBoard's events files sit beside these.
@@ -25,6 +26,7 @@ EXPORT_DIR = "export"  # the encoder in timm's hub format
 PICTURES_DIR = "pictures"
 FEATURES_DIR = "features"  # an evaluation's feature cache, unless eval.feature_cache names another
 SWEEP_DIR = "sweep"  # a fine-tuning sweep's runs, lr_<lr>/
+# LOCK_FILE (mpp/run/lock.py): run.lock, held by the run writing here
 PARTIAL_SUFFIX = ".partial"  # what is being written: renamed when whole, so a file or folder is complete or absent
 
 
@@ -50,26 +52,44 @@ def resolve_output_dir(output_dir: str, prefix: str) -> Path:
     return runs_parent(output_dir) / name[0]
 
 
-def claim_output_dir(run_dir: Path, resume: bool, overwrite: bool) -> None:
-    """Make ``run_dir`` this run's own, or raise if it holds an earlier run that we were not told to continue."""
+def claim_output_dir(run_dir: Path, resume: bool, overwrite: bool) -> Optional[RunLock]:
+    """Make ``run_dir`` this run's own, or raise if another live run holds it, or if it holds an earlier run that we
+    were not told to continue. The main process returns the directory's lock, held until ``release()``."""
     state = PartialState()
-    holds_run = run_dir.is_dir() and any(run_dir.iterdir())
-    if holds_run and not (resume or overwrite):
-        raise RunDirectoryError(
-            f"output_dir {run_dir} already holds a run ({', '.join(sorted(p.name for p in run_dir.iterdir()))}); "
-            "pass resume=auto (or --resume) to continue it, overwrite=true to delete it and start again, "
-            "or choose another output_dir"
-        )
+    contents = sorted(path.name for path in run_dir.iterdir() if path.name != LOCK_FILE) if run_dir.is_dir() else []
     state.wait_for_everyone()  # every process has looked before the main process changes anything
+    lock, refusal = None, [""]
     if state.is_main_process:
-        if holds_run and overwrite and not resume:
-            shutil.rmtree(run_dir)
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            raise RunDirectoryError(f"cannot create output_dir {run_dir}: {error.strerror}; choose another "
-                                    "output_dir") from error
+            refusal = [f"cannot create output_dir {run_dir}: {error.strerror}; choose another output_dir"]
+        else:
+            lock = RunLock(run_dir)
+            try:
+                lock.acquire()
+            except RunDirectoryInUse as error:
+                lock, refusal = None, [str(error)]
+    broadcast_object_list(refusal)
+    if refusal[0]:
+        raise RunDirectoryError(refusal[0])
+    if contents and not (resume or overwrite):
+        if lock is not None:
+            lock.release()
+        raise RunDirectoryError(
+            f"output_dir {run_dir} already holds a run ({', '.join(contents)}); "
+            "pass resume=auto (or --resume) to continue it, overwrite=true to delete it and start again, "
+            "or choose another output_dir"
+        )
+    if state.is_main_process and contents and overwrite and not resume:
+        for name in contents:
+            path = run_dir / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
     state.wait_for_everyone()
+    return lock
 
 
 def read_metrics(run_dir: Path) -> Optional[dict[str, Any]]:

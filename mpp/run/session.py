@@ -16,7 +16,7 @@ import os
 import signal
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import accelerate.utils
 import torch
@@ -25,6 +25,7 @@ from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin
 
 from mpp.config import ConfigError, RunError, RuntimeConfig, save_config
 from mpp.run.directory import CONFIG_FILE, LOG_FILE, claim_output_dir, resolve_output_dir, runs_parent, write_metrics
+from mpp.run.lock import RunLock
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 logger = logging.getLogger(__name__)
@@ -128,6 +129,7 @@ class Session:
         self.run_dir = resolve_output_dir(config.output_dir, prefix)
         set_seed(config.seed)
         self.threads = set_cpu_threads(self.accelerator, runtime.cpu_threads)
+        self.lock: Optional[RunLock] = None  # the run directory's, held by the main process from start()
 
     def __enter__(self) -> Session:
         return self
@@ -135,6 +137,7 @@ class Session:
     def __exit__(self, error_type: Any, error: Any, traceback: Any) -> None:
         if error_type is None:
             return
+        self.release_lock()
         lost = self.accelerator.num_processes > 1 and is_collective_failure(error)
         if lost:  # the launcher's SIGTERM to the survivors follows: this process ends itself, saying why
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -151,7 +154,7 @@ class Session:
         """Claim the run directory (never silently overwritten), write its config, open its log file and TensorBoard.
         Call once everything that can be wrong with the config has been checked: nothing is written before."""
         resume = bool(getattr(self.config, "resume", ""))  # an evaluation has nothing to resume (features are cached)
-        claim_output_dir(self.run_dir, resume=resume, overwrite=self.config.overwrite)
+        self.lock = claim_output_dir(self.run_dir, resume=resume, overwrite=self.config.overwrite)
         log_to_file(self.run_dir)
         if self.accelerator.is_main_process:
             save_config(self.config, self.run_dir / CONFIG_FILE)
@@ -165,3 +168,9 @@ class Session:
         backend = {"distributed_type": self.accelerator.distributed_type.value, "device": str(self.accelerator.device)}
         write_metrics(self.run_dir, {**metrics, "backend": backend})
         self.accelerator.end_training()
+        self.release_lock()
+
+    def release_lock(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
