@@ -8,7 +8,25 @@ import numpy as np
 import pytest
 import torch
 
+from devices import TEST_DEVICE
 from mpp.config import ModelConfig
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "cpu_only(reason): runs on the CPU by design; skipped with MPP_TEST_DEVICE=cuda")
+    if TEST_DEVICE not in ("cpu", "cuda"):
+        raise pytest.UsageError(f"MPP_TEST_DEVICE={TEST_DEVICE}: use cpu (the default) or cuda")
+    if TEST_DEVICE == "cuda" and not torch.cuda.is_available():
+        raise pytest.UsageError("MPP_TEST_DEVICE=cuda, but torch sees no CUDA device here")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if TEST_DEVICE == "cpu":
+        return
+    for item in items:
+        marker = item.get_closest_marker("cpu_only")
+        if marker is not None:
+            item.add_marker(pytest.mark.skip(reason=f"CPU-only by design: {marker.args[0]}"))
 
 
 @pytest.fixture

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from devices import USE_CPU
+
 ROOT = Path(__file__).parents[1]
 RECIPE = ROOT / "recipes" / "mpp.py"
 TINY = [  # a ViT small enough for end-to-end tests
@@ -33,6 +35,8 @@ def accelerate_command(script: Path, args: tuple[str, ...], processes: int) -> t
     command = [sys.executable, "-m", "accelerate.commands.launch", "-q", "--num_processes", str(processes),
                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if USE_CPU:  # on a machine with a GPU too; MPP_TEST_DEVICE=cuda leaves accelerate to take the GPU
+        env["ACCELERATE_USE_CPU"] = "1"
     if processes > 1:
         # accelerate 1.15: `--cpu --num_processes 2` silently starts ONE process; this starts two (MULTI_CPU, gloo).
         command += ["--multi_gpu", "--main_process_port", str(free_port())]

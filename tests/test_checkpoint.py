@@ -11,6 +11,7 @@ import torch
 from accelerate import Accelerator
 
 import mpp.training.checkpoint as checkpoint_module
+from devices import USE_CPU
 from mpp.config import ConfigError, MPPRunConfig, build_config
 from mpp.models.encoder import create_encoder
 from mpp.models.pretrained import export_encoder
@@ -42,7 +43,7 @@ def test_a_directory_holding_a_run_is_refused_unless_resuming_or_overwriting(tmp
 
 
 def test_checkpoints_keep_the_newest_and_resume_from_the_latest(tmp_path):
-    accelerator = Accelerator(cpu=True)
+    accelerator = Accelerator(cpu=USE_CPU)
     model = accelerator.prepare(torch.nn.Linear(3, 2))
     config = MPPRunConfig()
     for step in (10, 20, 30, 40):
@@ -65,7 +66,7 @@ def test_checkpoints_keep_the_newest_and_resume_from_the_latest(tmp_path):
 
 
 def test_a_half_written_checkpoint_is_never_the_latest(tmp_path):
-    accelerator = Accelerator(cpu=True)
+    accelerator = Accelerator(cpu=USE_CPU)
     accelerator.prepare(torch.nn.Linear(3, 2))  # registered: save_state saves it
     save_checkpoint(accelerator, tmp_path, 5, MPPRunConfig(), keep=3)
     killed = tmp_path / "checkpoints" / "step_00000010.partial"  # a run killed while saving step 10 ...
@@ -77,7 +78,7 @@ def test_a_half_written_checkpoint_is_never_the_latest(tmp_path):
 
 
 def test_resuming_with_another_model_or_objective_is_refused(tmp_path):
-    accelerator = Accelerator(cpu=True)
+    accelerator = Accelerator(cpu=USE_CPU)
     accelerator.prepare(torch.nn.Linear(3, 2))
     config = build_config(MPPRunConfig, overrides=["model.depth=2"])
     checkpoint = save_checkpoint(accelerator, tmp_path, 1, config, keep=1)
@@ -111,7 +112,7 @@ def test_exported_encoder_loads_in_timm_offline_with_identical_outputs(tiny_mode
 def test_resuming_a_fine_tuning_run_from_other_starting_weights_is_refused(tmp_path):
     from mpp.config import FinetuneRunConfig
 
-    accelerator = Accelerator(cpu=True)
+    accelerator = Accelerator(cpu=USE_CPU)
     accelerator.prepare(torch.nn.Linear(3, 2))
     checkpoint = save_checkpoint(accelerator, tmp_path, 1, build_config(FinetuneRunConfig, overrides=["init=runs/a"]),
                                  keep=1)
@@ -122,7 +123,7 @@ def test_resuming_a_fine_tuning_run_from_other_starting_weights_is_refused(tmp_p
 
 
 def saved_run(tmp_path, steps=(10, 20, 30)) -> tuple[Accelerator, torch.nn.Module]:
-    accelerator = Accelerator(cpu=True)
+    accelerator = Accelerator(cpu=USE_CPU)
     model = accelerator.prepare(torch.nn.Linear(64, 64))
     for step in steps:
         with torch.no_grad():

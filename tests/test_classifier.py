@@ -8,6 +8,7 @@ import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
+from devices import USE_CPU
 from mpp.config import ClassifierConfig, ConfigError, TrainConfig
 from mpp.models.classifier import ImageClassifier
 from mpp.models.encoder import create_encoder, pooled_features
@@ -74,7 +75,7 @@ class FixedLogits(torch.nn.Module):
 
 
 def test_top1_accuracy_counts_every_image_once():
-    accelerator = Accelerator(cpu=True)
+    accelerator = Accelerator(cpu=USE_CPU)
     predicted = torch.tensor([0, 1, 2, 2, 1, 0, 0])
     labels = torch.tensor([0, 1, 1, 2, 0, 0, 2])  # 4 of 7 right
     loader = accelerator.prepare(DataLoader(list(zip(predicted, labels)), batch_size=3))  # last batch uneven

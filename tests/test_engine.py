@@ -8,6 +8,7 @@ from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration
 from torch.utils.data import DataLoader, TensorDataset
 
+from devices import USE_CPU
 from mpp.config import ConfigError, TrainConfig
 from mpp.training.engine import endless_batches, plan_batches
 
@@ -23,7 +24,7 @@ def test_batch_plan_splits_the_global_batch():
 
 def test_resumed_batches_continue_where_an_uninterrupted_run_would_be():
     seeded = DataLoaderConfiguration(use_seedable_sampler=True, data_seed=3)
-    accelerator = Accelerator(cpu=True, dataloader_config=seeded)
+    accelerator = Accelerator(cpu=USE_CPU, dataloader_config=seeded)
     dataset = TensorDataset(torch.arange(20))
     loader = accelerator.prepare(DataLoader(dataset, batch_size=4, shuffle=True, drop_last=True))  # 5 per epoch
     straight = [batch[0].tolist() for batch in itertools.islice(endless_batches(loader, dataset, accelerator, 0), 13)]
@@ -47,7 +48,7 @@ def test_accumulation_takes_one_optimizer_step_per_global_batch(tiny_model_confi
     plan = plan_batches(cfg, num_processes=1)
     assert plan.accumulation_steps == 2
     accelerator = Accelerator(
-        cpu=True, gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=2, sync_with_dataloader=False)
+        cpu=USE_CPU, gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=2, sync_with_dataloader=False)
     )
     model = MaskedPatchPredictor(create_encoder(tiny_model_config), MPPConfig(), (0.5,) * 3, (0.5,) * 3)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, fused=True)

@@ -14,6 +14,9 @@ import pytest
 from mpp.training.checkpoint import checkpoint_damage, list_checkpoints
 from tests.launching import TINY, launch, start, training_process, wait_for_log
 
+pytestmark = pytest.mark.cpu_only("two gloo processes share this machine's CPU, and accelerate refuses FSDP only where "
+                                  "there is no GPU; on a GPU, python -m mpp.benchmark.gpu runs FSDP itself")
+
 STEPS = ["train.steps=40", "train.global_batch_size=16", "train.log_every=10", "train.checkpoint_every=20",
          "train.lr=2e-3"]
 TOLERANCE = 0.02  # relative, per logged loss (measured: at most 0.4% apart)

@@ -11,6 +11,7 @@ from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration
 from torch.utils.data import DataLoader, TensorDataset
 
+from devices import USE_CPU
 from mpp.config import MPPRunConfig, TrainConfig
 from mpp.training.checkpoint import list_checkpoints, read_step
 from mpp.training.engine import TrainingRun, plan_batches, train
@@ -39,7 +40,7 @@ def run(tmp_path, bad_steps: dict[int, str], on_nonfinite: str, steps: int = 8, 
     torch.manual_seed(0)  # the same model and data in every call
     cfg = TrainConfig(steps=steps, global_batch_size=4, lr=0.1, min_lr=0.1, warmup_steps=0, log_every=4,
                       checkpoint_every=2, keep_checkpoints=10, on_nonfinite=on_nonfinite)  # constant learning rate
-    accelerator = Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
+    accelerator = Accelerator(cpu=USE_CPU, dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
     model = FlakyModel(bad_steps)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, fused=fused, foreach=not fused)
     dataset = TensorDataset(torch.randn(16, 4), torch.zeros(16))

@@ -1,0 +1,394 @@
+"""``python -m mpp.benchmark.gpu --out <dir>``: everything a GPU must show, in one command (README, "On a GPU").
+
+Stages, each a subprocess with its own time limit (together at most 20 minutes), its output in ``<dir>/<stage>.log``:
+
+- ``tests``: the test suite with ``MPP_TEST_DEVICE=cuda`` (tests/devices.py): which pass, which are CPU-only by
+  design, which fail;
+- ``step``: ``python -m mpp.benchmark`` on ViT-B/16 at 224 px in bf16, eager and compiled, at the largest batch up
+  to 256 that fits: images/s, peak memory and model FLOPs utilisation of supervised, MPP and (when installed)
+  vit-pytorch's MPP, interleaved;
+- ``pretrain``: ImageNet-like JPEGs written on the spot, ``python -m mpp.data.prepare``, then the ViT-B/16 MPP preset
+  on them (bf16, compiled) for a few minutes, stopped by SIGTERM, resumed with ``--resume``, its export loaded by timm
+  and transformers;
+- ``loader``: ``python -m mpp.benchmark.loading`` on the machine's cores beside the step's images/s: how many loader
+  cores one GPU needs;
+- ``fsdp``: accelerate's FSDP, one process on the GPU: a short run, its checkpoint, ``--resume``, the export.
+
+It writes ``<dir>/gpu_acceptance.json`` and ``<dir>/gpu_acceptance.md``; ``--stages`` runs some of them (a lent GPU
+takes one command of at most 10 minutes at a time), adding to what ``<dir>`` holds. Without CUDA it refuses in one
+line; ``--dry-run`` runs the same plan at toy sizes on the CPU (tested in CI), so that a GPU's time goes on
+measuring. The GPU machine lacks ``datasets`` (for ``mpp.data.prepare`` and ``hf:`` data) and vit-pytorch: carry
+their wheels (README, "On a GPU").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from mpp.training.checkpoint import list_checkpoints, read_step
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS_JSON, RESULTS_MARKDOWN = "gpu_acceptance.json", "gpu_acceptance.md"
+NO_MONITORS = ["monitor.few_shot_every=0", "monitor.mosaic_every=0", "monitor.final_few_shot_draws=0"]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What each stage runs: the GPU's sizes, or toy sizes on the CPU (``--dry-run``)."""
+
+    dry_run: bool
+    preset: str
+    precision: str
+    batches: tuple[int, ...]  # tried largest first, until one fits
+    step_modes: tuple[str, ...]  # eager, compiled
+    step_args: tuple[str, ...]
+    jpegs: int
+    short_side: int
+    pretrain: tuple[str, ...]  # overrides of the preset for the short runs
+    stop_after_s: float  # SIGTERM to the pre-training run once it has trained this long
+    loader_args: tuple[str, ...]
+    tests: tuple[str, ...]
+    limits_s: dict[str, int] = field(default_factory=dict)
+
+
+def gpu_plan() -> Plan:
+    cores = len(os.sched_getaffinity(0))
+    workers = sorted({0, 1, 2, 4, 8, cores})
+    return Plan(dry_run=False, preset="recipes/configs/mpp_vit_b16_paper.yaml", precision="bf16",
+                batches=(256, 192, 128, 96, 64, 32), step_modes=("eager", "compiled"), step_args=("--steps", "10", "--repeats", "5", "--warmup", "3"),
+                jpegs=2048, short_side=256, pretrain=("train.compile=true", "train.log_every=20", "train.warmup_steps=100"),
+                stop_after_s=150, loader_args=("--workers", *map(str, workers), "--imagenet-images", "512"),
+                tests=("tests",),
+                limits_s={"tests": 420, "step": 300, "pretrain": 240, "loader": 120, "fsdp": 120})
+
+
+def dry_run_plan() -> Plan:
+    tiny = ("model.img_size=32", "model.patch_size=8", "model.embed_dim=32", "model.depth=2", "model.num_heads=2",
+            "data.mean=[0.5,0.5,0.5]", "data.std=[0.25,0.25,0.25]", "train.log_every=2", "train.warmup_steps=2",
+            *NO_MONITORS)
+    return Plan(dry_run=True, preset="recipes/configs/mpp_tiny_cpu.yaml", precision="fp32", batches=(8,),
+                step_modes=("eager",),  # compiling for the CPU costs minutes; tests/test_recipe_mpp.py compiles
+                step_args=("--steps", "1", "--repeats", "1", "--warmup", "1"), jpegs=16, short_side=40,
+                pretrain=tiny, stop_after_s=3,
+                loader_args=("--workers", "0", "--seconds", "0.2", "--imagenet-images", "8", "--rounds", "1"),
+                tests=("tests/test_schedule.py", "tests/test_checkpoint.py", "tests/test_multi_process.py",
+                       "-k", "schedule or keep_the_newest or fsdp-1-on-cpu"),
+                limits_s={"tests": 300, "step": 300, "pretrain": 300, "loader": 300, "fsdp": 60})
+
+
+@dataclass
+class Outcome:
+    returncode: int | None  # None: stopped at the time limit
+    output: str
+
+
+def run(command: list[str], log: Path, limit_s: float, env: dict[str, str] | None = None) -> Outcome:
+    """``command`` in ROOT, its output appended to ``log``; stopped (its whole process group) at ``limit_s``."""
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, start_new_session=True)
+    try:
+        output, _ = process.communicate(timeout=limit_s)
+        returncode: int | None = process.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        returncode = None
+    append(log, f"$ {' '.join(command)}\n{output}\n[exit {returncode}]\n")
+    return Outcome(returncode, output)
+
+
+def append(log: Path, text: str) -> None:
+    with log.open("a") as file:
+        file.write(text)
+
+
+def accelerate(plan: Plan, *args: str, fsdp: bool = False) -> list[str]:
+    command = [sys.executable, "-m", "accelerate.commands.launch", "-q", "--num_processes", "1", "--num_machines",
+               "1", "--mixed_precision", "no" if plan.dry_run else "bf16", "--dynamo_backend", "no"]
+    if fsdp:
+        command += ["--use_fsdp", "--fsdp_version", "2"]
+    return [*command, "recipes/mpp.py", "--config", plan.preset, *args]
+
+
+def failed(why: str, **figures: Any) -> dict[str, Any]:
+    return {"status": "failed", "why": why, **figures}
+
+
+# --- the stages: each returns its figures and "status" (passed, failed or skipped) -------------------------------
+
+def tests_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
+    report = out / "tests.xml"
+    outcome = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+                   *plan.tests], out / "tests.log", plan.limits_s["tests"],
+                  env={"MPP_TEST_DEVICE": "cpu" if plan.dry_run else "cuda"})
+    if not report.is_file():
+        return failed(f"pytest wrote no report (exit {outcome.returncode}); see tests.log")
+    results = junit_outcomes(report)
+    return {"status": "passed" if outcome.returncode == 0 else "failed",
+            "counts": {kind: len(names) for kind, names in results.items()}, "failed_tests": results["failed"],
+            "cpu_only_tests": results["cpu_only"], "skipped_tests": results["skipped"],
+            **({"why": "timed out"} if outcome.returncode is None else {})}
+
+
+def junit_outcomes(report: Path) -> dict[str, list[str]]:
+    """pytest's JUnit XML report -> the tests that passed, were skipped as CPU-only by design (with the reason),
+    were skipped otherwise (with the reason), and failed."""
+    results: dict[str, list[str]] = {"passed": [], "cpu_only": [], "skipped": [], "failed": []}
+    for case in ElementTree.parse(report).iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        skipped = case.find("skipped")
+        if case.find("failure") is not None or case.find("error") is not None:
+            results["failed"].append(name)
+        elif skipped is not None:
+            reason = skipped.get("message") or ""
+            results["cpu_only" if "CPU-only by design" in reason else "skipped"].append(f"{name}: {reason}")
+        else:
+            results["passed"].append(name)
+    return results
+
+
+def step_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    deadline = time.monotonic() + plan.limits_s["step"]
+    for mode in plan.step_modes:
+        for batch in plan.batches:
+            table = work / f"step-{mode}-{batch}.json"
+            outcome = run([sys.executable, "-m", "mpp.benchmark", "--config", plan.preset, "--precision",
+                           plan.precision, "--batch", str(batch), *plan.step_args, "--json", str(table),
+                           *(["--compile"] if mode == "compiled" else [])],
+                          out / "step.log", max(1.0, deadline - time.monotonic()))
+            if outcome.returncode == 0:
+                figures[mode] = json.loads(table.read_text())
+                break
+            if "out of memory" not in outcome.output.lower():
+                return failed(f"{mode} step at batch {batch}: exit {outcome.returncode}; see step.log", **figures)
+        else:
+            return failed(f"{mode}: no batch of {plan.batches} fits", **figures)
+    return {"status": "passed", **figures}
+
+
+def write_jpegs(folder: Path, count: int) -> None:
+    from mpp.benchmark.loading import imagenet_like_jpeg
+
+    generator = torch.Generator().manual_seed(0)
+    for index in range(count):  # two classes, for a labelled folder
+        path = folder / f"class_{index % 2}" / f"{index:05d}.jpg"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(imagenet_like_jpeg(generator))
+
+
+def pretrain_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
+    deadline = time.monotonic() + plan.limits_s["pretrain"]
+    log = out / "pretrain.log"
+
+    def left() -> float:
+        return max(1.0, deadline - time.monotonic())
+
+    started = time.monotonic()
+    write_jpegs(work / "jpegs", plan.jpegs)
+    prepared = work / "prepared"
+    outcome = run([sys.executable, "-m", "mpp.data.prepare", f"folder:{work / 'jpegs'}", str(prepared),
+                   "--splits", "train", "--short-side", str(plan.short_side)], log, left())
+    if outcome.returncode != 0:
+        return failed("python -m mpp.data.prepare failed; see pretrain.log")
+    figures: dict[str, Any] = {"jpegs": plan.jpegs, "prepare_seconds": round(time.monotonic() - started, 1)}
+    batch = fitting_batch(out, plan)
+    run_dir = work / "pretrain-run"
+    args = [f"data.source=hf:{prepared}", f"data.hf_cache_dir={work / 'hf-cache'}", f"output_dir={run_dir}",
+            f"train.global_batch_size={batch}", f"train.micro_batch_size={batch}", "train.checkpoint_every=1000000",
+            *plan.pretrain]
+    # SIGTERM to the job's process group once it has trained stop_after_s, as a scheduler sends it: the training
+    # process saves a checkpoint at the next step and exits (the launcher itself ends on the signal).
+    process = subprocess.Popen(accelerate(plan, *args, "train.steps=1000000"), cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                               start_new_session=True)
+    if wait_for_step(run_dir / "log.txt", process, left()) is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        append(log, process.communicate()[0])
+        return failed("the pre-training run logged no step; see pretrain.log", **figures)
+    time.sleep(min(plan.stop_after_s, max(0.0, deadline - time.monotonic() - 60)))
+    os.killpg(process.pid, signal.SIGTERM)
+    append(log, process.communicate()[0])
+    checkpoints = list_checkpoints(run_dir)
+    if not checkpoints:
+        return failed(f"SIGTERM left no checkpoint (exit {process.returncode}); see pretrain.log", **figures)
+    step = read_step(checkpoints[-1])
+    figures |= {"batch_size": batch, "stopped_at_step": step, "images_per_second": last_rate(run_dir)}
+    outcome = run(accelerate(plan, *args, f"train.steps={step + 2 * int(log_every(plan))}", "--resume"), log, left())
+    metrics_file = run_dir / "metrics.json"
+    if outcome.returncode != 0 or not metrics_file.is_file():
+        return failed(f"--resume did not finish the run (exit {outcome.returncode})", **figures)
+    figures |= {"resumed_to_step": json.loads(metrics_file.read_text())["step"], **export_loads(run_dir / "export")}
+    return {"status": "passed" if figures["export_max_difference"] < 1e-3 else "failed", **figures}
+
+
+def fitting_batch(out: Path, plan: Plan) -> int:
+    """The batch of the step stage's last mode, when it ran, else the plan's smallest."""
+    results = read_results(out).get("step", {})
+    return results.get(plan.step_modes[-1], {}).get("batch_size") or plan.batches[-1]
+
+
+def log_every(plan: Plan) -> str:
+    return next((arg.split("=")[1] for arg in plan.pretrain if arg.startswith("train.log_every=")), "100")
+
+
+def wait_for_step(log: Path, process: subprocess.Popen, limit_s: float) -> int | None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and process.poll() is None:
+        found = re.findall(r"step (\d+)/\d+", log.read_text()) if log.is_file() else []
+        if found:
+            return int(found[-1])
+        time.sleep(0.5)
+    return None
+
+
+def last_rate(run_dir: Path) -> float | None:
+    rates = re.findall(r"([\d.,]+) images/s", (run_dir / "log.txt").read_text())
+    return float(rates[-1].replace(",", "")) if rates else None
+
+
+def export_loads(export: Path) -> dict[str, Any]:
+    """The export read by timm and by transformers: the same features for the same image."""
+    import timm
+    from transformers import AutoModel
+
+    by_timm = timm.create_model(f"local-dir:{export}", pretrained=True).eval()
+    by_transformers = AutoModel.from_pretrained(str(export)).eval()
+    size = by_timm.patch_embed.img_size
+    image = torch.rand(1, 3, *size, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        timm_features = by_timm.forward_features(image)
+        transformers_features = by_transformers(pixel_values=image).last_hidden_state
+    return {"export_max_difference": (timm_features - transformers_features).abs().max().item()}
+
+
+def loader_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
+    table = work / "loader.json"
+    outcome = run([sys.executable, "-m", "mpp.benchmark.loading", "--only-imagenet", *plan.loader_args, "--json",
+                   str(table)], out / "loader.log", plan.limits_s["loader"])
+    if outcome.returncode != 0:
+        return failed(f"exit {outcome.returncode}; see loader.log")
+    rows = json.loads(table.read_text())["rows"]
+    figures: dict[str, Any] = {"rows": rows}
+    step = read_results(out).get("step", {}).get(plan.step_modes[-1], {}).get("rows", {}).get("mpp", {})
+    per_core = max((row["images_per_second_per_core"] for row in rows if row["path"] == "prepared"), default=None)
+    if step and per_core:
+        figures["step_images_per_second"] = step["images_per_second"]
+        figures["loader_cores_per_gpu"] = float(f"{step['images_per_second'] / per_core:.2g}")
+    return {"status": "passed", **figures}
+
+
+def fsdp_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
+    if plan.dry_run:  # accelerate shards with FSDP only across GPUs; the CPU refusal is tested (test_multi_process)
+        return {"status": "skipped", "why": "FSDP needs a GPU; the commands are those of the GPU plan"}
+    deadline = time.monotonic() + plan.limits_s["fsdp"]
+    run_dir = work / "fsdp-run"
+    args = [f"data.source=hf:{work / 'prepared'}", f"data.hf_cache_dir={work / 'hf-cache'}",
+            f"output_dir={run_dir}", f"train.global_batch_size={plan.batches[-1]}",
+            f"train.micro_batch_size={plan.batches[-1]}", "train.checkpoint_every=10", *plan.pretrain]
+    if not (work / "prepared").is_dir():
+        return failed("needs the pretrain stage's prepared data: run it first")
+    first = run(accelerate(plan, *args, "train.steps=10", fsdp=True), out / "fsdp.log",
+                max(1.0, deadline - time.monotonic()))
+    if first.returncode != 0:
+        return failed(f"the FSDP run failed (exit {first.returncode}); see fsdp.log")
+    resumed = run(accelerate(plan, *args, "train.steps=20", "--resume", fsdp=True), out / "fsdp.log",
+                  max(1.0, deadline - time.monotonic()))
+    if resumed.returncode != 0:
+        return failed(f"--resume of the FSDP run failed (exit {resumed.returncode}); see fsdp.log")
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    return {"status": "passed", "step": metrics["step"], "loss": metrics["loss"],
+            **export_loads(run_dir / "export")}
+
+
+STAGES: dict[str, Callable[[Plan, Path, Path], dict[str, Any]]] = {
+    "tests": tests_stage, "step": step_stage, "pretrain": pretrain_stage, "loader": loader_stage, "fsdp": fsdp_stage,
+}
+
+
+# --- results --------------------------------------------------------------------------------------------------------
+
+def read_results(out: Path) -> dict[str, Any]:
+    path = out / RESULTS_JSON
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = [f"# GPU acceptance: {results.get('device', '?')}", "",
+             f"`python -m mpp.benchmark.gpu` ({'dry run on the CPU' if results.get('dry_run') else 'on the GPU'})",
+             "", "| stage | status | figures |", "|---|---|---|"]
+    for name in STAGES:
+        stage = results.get(name)
+        if stage is None:
+            continue
+        lines.append(f"| {name} | {stage['status']} | {summary(name, stage)} |")
+    return "\n".join(lines) + "\n"
+
+
+def summary(name: str, stage: dict[str, Any]) -> str:
+    parts = [stage["why"]] if "why" in stage else []
+    if name == "tests" and "counts" in stage:
+        parts.append(", ".join(f"{count} {kind.replace('_', '-')}" for kind, count in stage["counts"].items()))
+        parts += [f"failed: {test}" for test in stage["failed_tests"]]
+    if name == "step":
+        for mode in ("eager", "compiled"):
+            if mode in stage:
+                table = stage[mode]
+                rows = "; ".join(f"{row} {result['images_per_second']:,.0f} images/s, "
+                                 f"{result['peak_memory_bytes'] / 2**30:.1f} GiB"
+                                 + (f", MFU {result['model_flops_utilisation']:.1%}"
+                                    if result.get("model_flops_utilisation") else "")
+                                 for row, result in table["rows"].items())
+                parts.append(f"{mode}, batch {table['batch_size']}: {rows}; MPP / supervised "
+                             f"{table['mpp_over_supervised']:.3f}")
+    if name in ("pretrain", "fsdp", "loader"):
+        parts += [f"{key} {value}" for key, value in stage.items() if key not in ("status", "why", "rows")]
+    return "<br>".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mpp.benchmark.gpu", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="where the results and logs go")
+    parser.add_argument("--stages", nargs="+", choices=list(STAGES), default=list(STAGES),
+                        help="run only these (default: all, in order)")
+    parser.add_argument("--dry-run", action="store_true", help="the same plan at toy sizes on the CPU")
+    args = parser.parse_args(argv)
+    if not args.dry_run and not torch.cuda.is_available():
+        print("error: python -m mpp.benchmark.gpu measures a GPU, and torch sees no CUDA device here; run it on a "
+              "machine with one, or add --dry-run to try the plan at toy sizes on the CPU", file=sys.stderr)
+        return 2
+    plan = dry_run_plan() if args.dry_run else gpu_plan()
+    args.out.mkdir(parents=True, exist_ok=True)
+    work = args.out / "work"
+    work.mkdir(exist_ok=True)
+    results = read_results(args.out)
+    results |= {"dry_run": plan.dry_run,
+                "device": torch.cuda.get_device_name() if torch.cuda.is_available() and not plan.dry_run else "cpu",
+                "torch": torch.__version__}
+    for name in args.stages:
+        started = time.monotonic()
+        print(f"{name}: running (at most {plan.limits_s[name]} s)", flush=True)
+        results[name] = STAGES[name](plan, args.out, work) | {"seconds": round(time.monotonic() - started, 1)}
+        print(f"{name}: {results[name]['status']} in {results[name]['seconds']} s", flush=True)
+        (args.out / RESULTS_JSON).write_text(json.dumps(results, indent=2) + "\n")  # after each: a cut-off keeps it
+        (args.out / RESULTS_MARKDOWN).write_text(markdown(results))
+    print(markdown(results))
+    return 0 if all(results[name]["status"] != "failed" for name in args.stages) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""The GPU acceptance command (mpp/benchmark/gpu.py): its whole plan at toy sizes on the CPU (--dry-run), so that a
+lent GPU's time goes on measuring; without CUDA and without --dry-run it refuses in one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from launching import ROOT
+from mpp.benchmark.gpu import RESULTS_JSON, RESULTS_MARKDOWN, STAGES, junit_outcomes
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
+def test_without_cuda_it_refuses_in_one_line(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "mpp.benchmark.gpu", "--out", str(tmp_path / "out")], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and result.stderr.startswith("error: ") and "--dry-run" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_dry_run_goes_through_every_stage_and_writes_json_and_markdown(tmp_path):
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, "-m", "mpp.benchmark.gpu", "--dry-run", "--out", str(out)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = json.loads((out / RESULTS_JSON).read_text())
+    assert results["dry_run"] and results["device"] == "cpu"
+    assert {name: results[name]["status"] for name in STAGES} == {
+        "tests": "passed", "step": "passed", "pretrain": "passed", "loader": "passed", "fsdp": "skipped"}
+    assert results["tests"]["counts"]["passed"] >= 3 and results["tests"]["counts"]["failed"] == 0
+    assert {"supervised", "mpp"} <= set(results["step"]["eager"]["rows"])
+    pretrain = results["pretrain"]
+    assert 0 < pretrain["stopped_at_step"] < pretrain["resumed_to_step"] and pretrain["export_max_difference"] < 1e-4
+    assert results["loader"]["rows"] and results["loader"]["loader_cores_per_gpu"] > 0
+    table = (out / RESULTS_MARKDOWN).read_text()
+    assert all(f"| {name} |" in table for name in STAGES)
+
+
+def test_test_outcomes_tell_cpu_only_tests_from_other_skips_and_failures(tmp_path):
+    report = tmp_path / "report.xml"
+    report.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.a" name="ok"/>'
+        '<testcase classname="tests.a" name="gloo"><skipped message="CPU-only by design: two gloo processes"/></testcase>'
+        '<testcase classname="tests.a" name="cuda"><skipped message="the refusal is for machines without CUDA"/></testcase>'
+        '<testcase classname="tests.a" name="bad"><failure message="assert 1 == 2"/></testcase>'
+        '<testcase classname="tests.a" name="broken"><error message="fixture"/></testcase>'
+        "</testsuite></testsuites>")
+    outcomes = junit_outcomes(report)
+    assert outcomes["passed"] == ["tests.a::ok"]
+    assert outcomes["cpu_only"] == ["tests.a::gloo: CPU-only by design: two gloo processes"]
+    assert outcomes["skipped"] == ["tests.a::cuda: the refusal is for machines without CUDA"]
+    assert outcomes["failed"] == ["tests.a::bad", "tests.a::broken"]
