@@ -7,12 +7,14 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
 from mpp.training.checkpoint import checkpoint_damage, list_checkpoints
-from tests.launching import TINY, launch, start, training_process, wait_for_log
+from tests.launching import RECIPE, ROOT, TINY, free_port, launch, start, training_process, wait_for_log
 
 pytestmark = pytest.mark.cpu_only("two gloo processes share this machine's CPU, and accelerate refuses FSDP only where "
                                   "there is no GPU; on a GPU, python -m mpp.benchmark.gpu runs FSDP itself")
@@ -90,11 +92,6 @@ def test_one_process_killed_or_frozen_ends_the_whole_run_soon_with_a_message(tmp
 @pytest.mark.parametrize("launch_flags", [["--use_fsdp"], ["--use_fsdp", "--fsdp_version", "2"], ["--multi_gpu"]],
                          ids=["fsdp-1-on-cpu", "fsdp-2-on-cpu", "no-group"])
 def test_a_launch_accelerate_would_run_otherwise_is_refused_before_anything_is_written(tmp_path, launch_flags):
-    import subprocess
-    import sys
-
-    from tests.launching import RECIPE, ROOT, free_port
-
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     fsdp = "--use_fsdp" in launch_flags
     if fsdp:  # accelerate 1.15 on CPU processes: version 1 stops on "no available devices", 2 runs unsharded
@@ -130,3 +127,39 @@ def test_the_mpp_model_trains_under_torchs_fsdp2_as_unsharded(tmp_path):
         reference_loss, sharded_loss = record["losses"]
         assert abs(reference_loss - sharded_loss) < 1e-5 and record["largest_gradient_difference"] < 1e-5
         assert record["pos_embed_shard"] == [1 - rank, 17, 32]  # 1 x 17 tokens: one process holds it, as sharded
+
+
+def start_machine(rank: int, port: int, *args: str) -> subprocess.Popen:
+    """One of two machines' launchers (one gloo process each), as on a cluster: --num_machines 2 --machine_rank."""
+    command = [sys.executable, "-m", "accelerate.commands.launch", "-q", "--multi_gpu", "--num_processes", "2",
+               "--num_machines", "2", "--machine_rank", str(rank), "--main_process_ip", "127.0.0.1",
+               "--main_process_port", str(port), "--mixed_precision", "no", "--dynamo_backend", "no", str(RECIPE),
+               *args]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "ACCELERATE_USE_CPU": "1"}
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+
+
+@pytest.mark.parametrize("signalled", [0, 1], ids=["sigterm-to-machine-0", "sigterm-to-machine-1"])
+def test_two_machines_train_one_run_stop_together_on_sigterm_to_either_and_resume(tmp_path, signalled):
+    run_dir = tmp_path / "run"
+    args = [f"output_dir={run_dir}", *TINY, "train.steps=150", "train.log_every=5", "train.checkpoint_every=1000"]
+    port = free_port()
+    machines = [start_machine(rank, port, *args) for rank in (0, 1)]
+    wait_for_log(run_dir / "log.txt", r"step 20/150", machines[0])
+    os.killpg(machines[signalled].pid, signal.SIGTERM)  # the scheduler stops one machine's job step
+    errors = [machine.communicate(timeout=300)[1] for machine in machines]
+    stops = re.findall(r"stopped by SIGTERM after step (\d+)", "".join(errors))
+    assert stops and len(set(stops)) == 1, "\n".join(error[-2000:] for error in errors)  # one step for both
+    step = int(stops[0])
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == [f"step_{step:08d}"]  # one checkpoint
+
+    port = free_port()
+    machines = [start_machine(rank, port, *args, "--resume") for rank in (0, 1)]
+    for machine in machines:
+        _, stderr = machine.communicate(timeout=300)
+        assert machine.returncode == 0, stderr[-3000:]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["step"] == 150 and metrics["num_processes"] == 2 and metrics["steps_this_session"] == 150 - step
+    log = (run_dir / "log.txt").read_text()
+    assert "2 process(es)" in log and log.count("step 150/150") == 1  # one writer across both machines
