@@ -12,6 +12,11 @@ from mpp.models.corruption import (
     num_corrupted,
     select_patches,
 )
+from mpp.keyed_random import KeyedDraws, keys_of
+
+
+def draws(batch: int, seed: int) -> KeyedDraws:
+    return KeyedDraws(keys_of(seed, torch.arange(batch)))
 
 
 @pytest.mark.parametrize(
@@ -19,8 +24,7 @@ from mpp.models.corruption import (
 )
 def test_corrupted_fraction_and_split_match_the_configuration(rate, mask_fraction, random_fraction):
     batch, patches = 2000, 64
-    generator = torch.Generator().manual_seed(1)
-    corruption = draw_corruption(batch, patches, rate, mask_fraction, random_fraction, generator=generator)
+    corruption = draw_corruption(draws(batch, seed=1), patches, rate, mask_fraction, random_fraction)
 
     k = round(rate * patches)
     assert corruption.positions.shape == (batch, k)
@@ -40,7 +44,7 @@ def test_corrupted_fraction_and_split_match_the_configuration(rate, mask_fractio
 
 
 def test_random_sources_are_uniform_over_the_other_patches_never_the_patch_itself():
-    corruption = draw_corruption(4000, 16, 0.5, generator=torch.Generator().manual_seed(2))
+    corruption = draw_corruption(draws(4000, seed=2), 16, 0.5)
     assert (corruption.sources != corruption.positions).all()
     assert ((corruption.sources >= 0) & (corruption.sources < 16)).all()
     offsets = (corruption.sources - corruption.positions) % 16  # 1..15, each equally likely
@@ -53,7 +57,7 @@ def test_each_kind_of_corruption_writes_what_it_should():
     batch, patches, dim = 64, 16, 8
     embeddings = torch.randn(batch, patches, dim)  # every patch embedding distinct
     mask_embedding = torch.randn(dim)
-    corruption = draw_corruption(batch, patches, 0.5, generator=torch.Generator().manual_seed(3))
+    corruption = draw_corruption(draws(batch, seed=3), patches, 0.5)
     corrupted = corrupt_patch_embeddings(embeddings, mask_embedding, corruption)
 
     assert corrupted.shape == embeddings.shape
@@ -79,7 +83,7 @@ def test_each_kind_of_corruption_writes_what_it_should():
 def test_gradients_reach_the_mask_embedding_and_the_patch_embeddings():
     embeddings = torch.randn(4, 16, 8, requires_grad=True)
     mask_embedding = torch.randn(8, requires_grad=True)
-    corruption = draw_corruption(4, 16, 0.5, generator=torch.Generator().manual_seed(4))
+    corruption = draw_corruption(draws(4, seed=4), 16, 0.5)
     corrupt_patch_embeddings(embeddings, mask_embedding, corruption).sum().backward()
     kind = corruption.replacement
     assert torch.equal(mask_embedding.grad, torch.full((8,), float((kind == MASK).sum())))
@@ -93,14 +97,21 @@ def test_gradients_reach_the_mask_embedding_and_the_patch_embeddings():
 @pytest.mark.parametrize("shape", [(), (3,), (4, 2)])
 def test_select_patches_picks_each_images_own_positions(shape):
     values = torch.randn(5, 16, *shape)
-    positions = draw_corruption(5, 16, 0.5, generator=torch.Generator().manual_seed(6)).positions
+    positions = draw_corruption(draws(5, seed=6), 16, 0.5).positions
     rows = torch.arange(5)[:, None].expand_as(positions)
     assert torch.equal(select_patches(values, positions), values[rows, positions])
 
 
-def test_same_generator_seed_same_draw_and_at_least_one_patch():
-    first = draw_corruption(8, 16, 0.5, generator=torch.Generator().manual_seed(5))
-    second = draw_corruption(8, 16, 0.5, generator=torch.Generator().manual_seed(5))
+def test_an_images_corruption_is_a_function_of_its_key_whatever_its_batch_and_at_least_one_patch():
+    first = draw_corruption(draws(8, seed=5), 16, 0.5)
+    second = draw_corruption(draws(8, seed=5), 16, 0.5)
     assert torch.equal(first.positions, second.positions) and torch.equal(first.sources, second.sources)
+    # The images of one batch of 8, drawn as two batches of 4 (two processes' halves): the same corruption.
+    halves = [draw_corruption(KeyedDraws(keys_of(5, torch.arange(8)[rows])), 16, 0.5) for rows in (slice(0, 4),
+                                                                                                  slice(4, 8))]
+    for part in ("positions", "replacement", "sources"):
+        assert torch.equal(torch.cat([getattr(half, part) for half in halves]), getattr(first, part))
+    other = draw_corruption(draws(8, seed=6), 16, 0.5)
+    assert not torch.equal(first.positions, other.positions)
     assert num_corrupted(16, 0.01) == 1
     assert num_corrupted(196, 0.15) == 29

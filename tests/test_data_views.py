@@ -23,11 +23,16 @@ from mpp.data.transforms import (
     resized_crop_of_pixels,
     resized_crops,
 )
+from mpp.keyed_random import KeyedDraws, keys_of
+
+
+def draws(batch: int, seed: int) -> KeyedDraws:
+    return KeyedDraws(keys_of(seed, torch.arange(batch)))
 
 
 def test_random_crops_stay_inside_with_the_asked_area_and_aspect():
     heights, widths = torch.full((2000,), 30.0), torch.full((2000,), 50.0)
-    boxes = random_crop_boxes(heights, widths, (0.1, 0.6), (0.5, 2.0), torch.Generator().manual_seed(0))
+    boxes = random_crop_boxes(heights, widths, (0.1, 0.6), (0.5, 2.0), draws(2000, seed=0))
     w, h = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
     assert (boxes[:, :2] >= 0).all() and (boxes[:, 2] <= 50 + 1e-4).all() and (boxes[:, 3] <= 30 + 1e-4).all()
     area = w * h / 1500
@@ -36,7 +41,8 @@ def test_random_crops_stay_inside_with_the_asked_area_and_aspect():
 
 
 def test_when_no_crop_fits_the_fallback_is_the_centred_image_trimmed_to_an_allowed_ratio():
-    boxes = random_crop_boxes(torch.tensor([10.0, 10.0]), torch.tensor([10.0, 40.0]), (1.0, 1.0), (0.75, 1.5))
+    boxes = random_crop_boxes(torch.tensor([10.0, 10.0]), torch.tensor([10.0, 40.0]), (1.0, 1.0), (0.75, 1.5),
+                              draws(2, seed=0))
     assert torch.allclose(boxes, torch.tensor([[0.0, 0, 10, 10], [12.5, 0, 27.5, 10]]))
 
 
@@ -90,13 +96,17 @@ def test_splits_of_the_built_dataset_respect_holdout_and_shots():
         build_dataset(DataConfig(), "holdout", 8, channels=3, augment=False)
 
 
-def test_views_are_a_function_of_seed_epoch_and_indices():
+def test_an_images_view_is_a_function_of_seed_epoch_and_index_whatever_its_batch():
     dataset = build_dataset(DataConfig(), "train", 16, channels=3, augment=True, seed=7)
-    first, _ = dataset.__getitems__([3, 4])
-    again, _ = build_dataset(DataConfig(), "train", 16, channels=3, augment=True, seed=7).__getitems__([3, 4])
+    first, _ = dataset.__getitems__([3, 4, 5, 6])
+    again, _ = build_dataset(DataConfig(), "train", 16, channels=3, augment=True, seed=7).__getitems__([3, 4, 5, 6])
     assert torch.equal(first, again)
+    # Split over two processes' batches, or in another order: each image keeps its view.
+    halves = torch.cat([dataset.__getitems__([3, 4])[0], dataset.__getitems__([5, 6])[0]])
+    assert torch.equal(halves, first)
+    assert torch.equal(dataset.__getitems__([6, 3])[0], first[[3, 0]])
     dataset.set_epoch(1)
-    assert not torch.equal(first, dataset.__getitems__([3, 4])[0])
+    assert not torch.equal(first, dataset.__getitems__([3, 4, 5, 6])[0])
 
 
 def test_decoded_files_and_tensors_get_the_same_view():
@@ -106,8 +116,8 @@ def test_decoded_files_and_tensors_get_the_same_view():
     Image.fromarray(pixels.permute(1, 2, 0).numpy()).save(png, format="PNG")
     for augment in (False, True):
         view = ImageView(16, augment=augment)
-        from_tensor = view(pixels[None], torch.Generator().manual_seed(1))
-        from_file = view.of_files([png.getvalue()], torch.Generator().manual_seed(1))
+        from_tensor = view(pixels[None], draws(1, seed=1))
+        from_file = view.of_files([png.getvalue()], draws(1, seed=1))
         assert from_file.shape == from_tensor.shape == (1, 3, 16, 16) and from_file.dtype == torch.uint8
         assert (from_file / 255 - from_tensor).abs().max() < 0.02  # the file's box rounded to whole pixels
 
@@ -136,10 +146,10 @@ def test_jpegs_decode_only_what_their_crop_needs_with_the_boxes_and_sizes_of_a_w
     for augment in (True, False):
         view = ImageView(32, augment=augment)
         # the boxes are drawn from the header's sizes exactly as from the decoded images'
-        assert torch.equal(view.draw(*image_sizes([open_image(f) for f in files]), torch.Generator().manual_seed(3))[0],
-                           view.draw(*image_sizes([open_image(f) for f in whole]), torch.Generator().manual_seed(3))[0])
-        fast = view.of_files(files, torch.Generator().manual_seed(3)).float()
-        slow = view.of_files(whole, torch.Generator().manual_seed(3)).float()
+        assert torch.equal(view.draw(*image_sizes([open_image(f) for f in files]), draws(4, seed=3))[0],
+                           view.draw(*image_sizes([open_image(f) for f in whole]), draws(4, seed=3))[0])
+        fast = view.of_files(files, draws(4, seed=3)).float()
+        slow = view.of_files(whole, draws(4, seed=3)).float()
         assert fast.shape == slow.shape == (4, 3, 32, 32)
         assert (fast - slow).abs().mean() < 2.5 and (fast - slow).abs().max() < 25
     # a 240x180 crop of a 480x360 JPEG, resized to 32: decoded at 1/4 scale, its box in the reduced pixels

@@ -16,9 +16,10 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from mpp.config import DataConfig, DataError, parse_source
-from mpp.data.image_dataset import Split, seeded_generator, too_many_failures
+from mpp.data.image_dataset import Split, too_many_failures
 from mpp.data.image_source import FileSource, UndecodableImage, read_file
 from mpp.data.transforms import ImageView, match_channels
+from mpp.keyed_random import KeyedDraws, keys_of
 
 MAX_STREAM_WORKERS = 256  # rows of the shared failure counters of a stream (one per loader worker)
 STREAM_MIN_READS = 100  # a stream judges its failure fraction only after this many images per worker
@@ -206,12 +207,13 @@ class StreamingImageDataset(IterableDataset):
         if self.shuffle_buffer:
             stream = stream.shuffle(seed=self.seed, buffer_size=self.shuffle_buffer)
         stream.set_epoch(self.epoch)
-        generator = seeded_generator(self.seed, self.epoch, worker_id)
         counts = self.counts[worker_id]
-        for example in stream:
+        for read, example in enumerate(stream):
             counts[1] += 1
+            # A stream has no index: its views are keyed by (seed, epoch, worker, place in the worker's stream).
+            draws = KeyedDraws(keys_of(self.seed, self.epoch, worker_id, torch.tensor([read])))
             try:
-                view = self.view.of_files([stored_bytes(example[self.image_column])], generator)
+                view = self.view.of_files([stored_bytes(example[self.image_column])], draws)
             except UndecodableImage as error:
                 counts[0] += 1
                 failed, read = int(counts[0]), int(counts[1])

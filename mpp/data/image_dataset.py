@@ -28,6 +28,7 @@ from mpp.data.image_source import (
     open_image,
 )
 from mpp.data.transforms import ImageView, image_sizes, match_channels, mirrored, resized_crops
+from mpp.keyed_random import KeyedDraws, keys_of
 
 JPEG_END = b"\xff\xd9"  # a JPEG file's last marker (EOI)
 Split = Literal["train", "holdout", "test"]  # "holdout": data.holdout_fraction of the training split, seeded
@@ -36,11 +37,6 @@ Split = Literal["train", "holdout", "test"]  # "holdout": data.holdout_fraction 
 def keep_batch(batch: Any) -> Any:
     """The DataLoader's ``collate_fn`` for datasets whose ``__getitems__`` already returns a whole batch."""
     return batch
-
-
-def seeded_generator(*key: Any) -> torch.Generator:
-    # hash() of a tuple of ints is the same in every process and run (no string hashing involved).
-    return torch.Generator().manual_seed(hash(key) % 2**63)
 
 
 def too_many_failures(failed: int, total: int, max_fraction: float, description: str, example: str) -> DataError:
@@ -91,33 +87,36 @@ class ImageDataset(Dataset):
                             self.max_bad_fraction, self.decode_device)
 
     def set_epoch(self, epoch: int) -> None:
-        """Views are drawn from (seed, epoch, indices): each epoch augments afresh, reproducibly."""
+        """Views are drawn from (seed, epoch, index): each epoch augments afresh, reproducibly."""
         self.epoch = epoch
+
+    def draws_for(self, index: torch.Tensor) -> KeyedDraws:
+        """The draws of the views of the images at these (b) source indices: each image's, whatever its batch."""
+        return KeyedDraws(keys_of(self.seed, self.epoch, index))
 
     def __len__(self) -> int:
         return len(self.indices)
 
     def __getitems__(self, positions: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         index = self.indices[torch.as_tensor(positions, dtype=torch.long)]
-        generator = seeded_generator(self.seed, self.epoch, *index.tolist())
         if isinstance(self.source, BatchSource):
-            images = self.view(self.source.images(index), generator)
+            images = self.view(self.source.images(index), self.draws_for(index))
             labels = self.source.labels[index]
         elif self.decode_device:
-            images, labels = self.views_decoded_on(self.decode_device, positions, generator)
+            images, labels = self.views_decoded_on(self.decode_device, positions)
         else:
-            images, labels = self.views_of_files(positions, generator)
+            images, labels = self.views_of_files(positions)
         return match_channels(images, self.channels), labels
 
     def __getitem__(self, position: int) -> tuple[torch.Tensor, torch.Tensor]:
         images, labels = self.__getitems__([position])
         return images[0], labels[0]
 
-    def views_of_files(self, positions: list[int], generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    def views_of_files(self, positions: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """Files of any size: opened (headers only), boxes drawn for the batch, then each decoded for its box and
         resampled. A file that fails is replaced by the next one that does not, with a box drawn for it."""
         opened = [self.open(position) for position in positions]
-        boxes, flips = self.view.draw(*image_sizes([image for _, _, _, image in opened]), generator)
+        boxes, flips = self.view.draw(*image_sizes([image for _, _, _, image in opened]), self.opened_draws(opened))
         views, labels = [], []
         for (position, index, file, image), box in zip(opened, boxes.tolist()):
             while True:
@@ -127,16 +126,16 @@ class ImageDataset(Dataset):
                 except UndecodableImage as error:  # its header read, its pixels broken
                     self.record_failure(index, error)
                     position, index, file, image = self.open(position + 1)
-                    box = self.view.draw(*image_sizes([image]), generator)[0][0].tolist()
+                    box = self.view.draw(*image_sizes([image]), self.draws_for(torch.tensor([index])))[0][0].tolist()
             labels.append(int(self.source.labels[index]))
         return self.view.batch_of(views, flips), torch.tensor(labels)
 
-    def views_decoded_on(self, device: str, positions: list[int], generator: torch.Generator):
+    def views_decoded_on(self, device: str, positions: list[int]):
         """JPEG files decoded on ``device`` as one batch (nvJPEG on a GPU), each view cut and resized there, with
         the boxes ``views_of_files`` would draw. A batch holding a file nvJPEG cannot decode (broken, or not a JPEG)
         is loaded by ``views_of_files`` instead, which skips what PIL cannot decode either."""
         opened = [self.open(position) for position in positions]
-        boxes, flips = self.view.draw(*image_sizes([image for _, _, _, image in opened]), generator.clone_state())
+        boxes, flips = self.view.draw(*image_sizes([image for _, _, _, image in opened]), self.opened_draws(opened))
         files = [file for _, _, file, _ in opened]
         try:
             if not all(file.rstrip(b"\0\r\n ").endswith(JPEG_END) for file in files):
@@ -144,7 +143,7 @@ class ImageDataset(Dataset):
             decoded = decode_jpeg([jpeg_data(file) for file in files], mode=READ_MODES[self.source.mode],
                                   device=device)
         except RuntimeError:
-            images, labels = self.views_of_files(positions, generator)
+            images, labels = self.views_of_files(positions)
             return images.to(device), labels
         boxes = boxes.to(device)
         views = torch.cat([resized_crops(image[None], boxes[i:i + 1], self.view.size)
@@ -152,6 +151,10 @@ class ImageDataset(Dataset):
         labels = torch.tensor([int(self.source.labels[index]) for _, index, _, _ in opened])
         views = (views * 255).round_().to(torch.uint8)  # uint8, as the CPU path's views of files
         return mirrored(views, None if flips is None else flips.to(device)), labels
+
+    def opened_draws(self, opened: list[tuple[int, int, bytes, Image.Image]]) -> KeyedDraws:
+        """The draws of the views of ``open``'s results (those of the images opened, where one stood in)."""
+        return self.draws_for(torch.tensor([index for _, index, _, _ in opened]))
 
     def open(self, position: int) -> tuple[int, int, bytes, Image.Image]:
         """(position, source index, file, the file opened) of the image at ``position`` or, where it cannot be read

@@ -7,8 +7,9 @@ a few tensor operations. Tensors (in-memory sources) are cut out and resized in 
 bilinearly when enlarging, into float views in [0, 1]; files, each of its own size, are decoded for their boxes and
 resampled one by one, as antialiased bilinear, into uint8 views (the model scales either to [0, 1]).
 
-Randomness comes from an explicit generator, which the datasets seed from (seed, epoch, indices): a sample's view
-is the same whichever worker or process draws it, and a resumed run draws what an uninterrupted one would.
+Randomness comes from per-image draws (``mpp.keyed_random``), which the datasets key by (seed, epoch, index): a
+sample's view is the same whichever worker, process or batch draws it, and a resumed run draws what an uninterrupted
+one would.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from torchvision.ops import roi_align
 
 from mpp.config import DataConfig
 from mpp.data.image_source import open_image, pixels_for_crop
+from mpp.keyed_random import KeyedDraws
 
 CROP_ATTEMPTS = 10  # candidate boxes per image before falling back to a centre crop (as torchvision's)
 
@@ -43,24 +45,24 @@ class ImageView:
     def description(self) -> str:
         return f"{'augmented' if self.augment else 'resized'} to {self.size}x{self.size}"
 
-    def draw(self, heights: torch.Tensor, widths: torch.Tensor, generator: Optional[torch.Generator] = None):
-        """(b) image sizes -> (b 4) crop boxes and (b) flips (None when not augmenting)."""
+    def draw(self, heights: torch.Tensor, widths: torch.Tensor, draws: Optional[KeyedDraws] = None):
+        """(b) image sizes -> (b 4) crop boxes and (b) flips (None when not augmenting, which draws nothing)."""
         if not self.augment:
             return centre_crop_boxes(heights, widths, self.eval_crop_fraction), None
-        boxes = random_crop_boxes(heights, widths, self.crop_scale, self.crop_ratio, generator)
-        return boxes, torch.rand(len(heights), generator=generator) < self.hflip
+        boxes = random_crop_boxes(heights, widths, self.crop_scale, self.crop_ratio, draws)
+        return boxes, draws.uniform() < self.hflip
 
-    def __call__(self, images: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    def __call__(self, images: torch.Tensor, draws: Optional[KeyedDraws] = None) -> torch.Tensor:
         """(b c h w) images in [0, 1] (or uint8) -> (b c size size) float views in [0, 1]."""
         batch, _, height, width = images.shape
-        boxes, flips = self.draw(torch.full((batch,), float(height)), torch.full((batch,), float(width)), generator)
+        boxes, flips = self.draw(torch.full((batch,), float(height)), torch.full((batch,), float(width)), draws)
         return resized_crops(images, boxes, self.size, flips)
 
-    def of_files(self, files: list[bytes], generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    def of_files(self, files: list[bytes], draws: Optional[KeyedDraws] = None) -> torch.Tensor:
         """Encoded images of any sizes -> (b c size size) uint8 RGB views: boxes drawn for the whole batch from the
         files' headers, then each file decoded for its box and resampled (``resized_crop_of_file``)."""
         opened = [open_image(file) for file in files]
-        boxes, flips = self.draw(*image_sizes(opened), generator)
+        boxes, flips = self.draw(*image_sizes(opened), draws)
         return self.batch_of([self.resized_crop_of_file(file, image, box, "RGB")
                               for file, image, box in zip(files, opened, boxes.tolist())], flips)
 
@@ -104,16 +106,15 @@ def random_crop_boxes(
     widths: torch.Tensor,
     scale: tuple[float, float],
     ratio: tuple[float, float],
-    generator: Optional[torch.Generator] = None,
+    draws: KeyedDraws,
 ) -> torch.Tensor:
     """(b) image sizes -> (b 4) boxes (x0 y0 x1 y1, pixels) of random area and aspect ratio, inside each image.
 
     Every image gets ``CROP_ATTEMPTS`` candidates at once and keeps the first that fits; where none fits, the
     largest centred box of an allowed aspect ratio (torchvision's RandomResizedCrop rule).
     """
-    batch = len(heights)
     area = heights * widths
-    draw = lambda low, high: low + (high - low) * torch.rand(batch, CROP_ATTEMPTS, generator=generator)  # noqa: E731
+    draw = lambda low, high: low + (high - low) * draws.uniform(CROP_ATTEMPTS)  # noqa: E731
     target_area = area[:, None] * draw(*scale)
     aspect = torch.exp(draw(math.log(ratio[0]), math.log(ratio[1])))
     crop_w = torch.sqrt(target_area * aspect)
@@ -121,8 +122,8 @@ def random_crop_boxes(
     fits = (crop_w <= widths[:, None]) & (crop_h <= heights[:, None])
     first = fits.float().argmax(dim=1, keepdim=True)  # the first fitting attempt (0 where none fits)
     crop_w, crop_h = crop_w.gather(1, first)[:, 0], crop_h.gather(1, first)[:, 0]
-    x0 = torch.rand(batch, generator=generator) * (widths - crop_w)
-    y0 = torch.rand(batch, generator=generator) * (heights - crop_h)
+    x0 = draws.uniform() * (widths - crop_w)
+    y0 = draws.uniform() * (heights - crop_h)
     boxes = torch.stack([x0, y0, x0 + crop_w, y0 + crop_h], dim=1)
     return torch.where(fits.any(dim=1)[:, None], boxes, fallback_boxes(heights, widths, ratio))
 

@@ -11,6 +11,7 @@ from accelerate import Accelerator
 from einops import rearrange
 
 from mpp.evaluation.pictures import enlarged, image_grid, save_picture
+from mpp.keyed_random import keys_of
 from mpp.models.corruption import MASK, RANDOM, Corruption
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
 from mpp.models.targets import as_rgb
@@ -48,7 +49,7 @@ class MPPMosaic:
                  seed: int, every: int):
         self.accelerator, self.model, self.run_dir, self.every = accelerator, model, run_dir, every
         self.images = images.to(accelerator.device)
-        drawn = model.draw_corruption(len(images), generator=torch.Generator().manual_seed(seed))  # on the CPU
+        drawn = model.draw_corruption(keys_of(seed, torch.arange(len(images))))  # on the CPU
         self.corruption = Corruption(*(part.to(accelerator.device) for part in astuple(drawn)))
 
     @torch.no_grad()

@@ -9,9 +9,9 @@ still carries its own position. Every operation is batched: no loop over images 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
-
 import torch
+
+from mpp.keyed_random import KeyedDraws
 
 # What a corrupted position receives.
 MASK, RANDOM, UNCHANGED = 0, 1, 2
@@ -32,27 +32,25 @@ def num_corrupted(num_patches: int, rate: float) -> int:
 
 
 def draw_corruption(
-    batch_size: int,
+    draws: KeyedDraws,
     num_patches: int,
     rate: float,
     mask_fraction: float = 0.8,
     random_fraction: float = 0.1,
-    device: Optional[torch.device] = None,
-    generator: Optional[torch.Generator] = None,
 ) -> Corruption:
-    """Choose which patches to corrupt and how, independently per image."""
+    """Choose which patches to corrupt and how, independently per image, from each image's own draws (so an image's
+    corruption is the same in any batch: ``mpp.keyed_random``)."""
     if random_fraction > 0 and num_patches < 2:
         raise ValueError("replacing a patch by another patch needs at least two patches per image")
     k = num_corrupted(num_patches, rate)
     # The k smallest of n uniform draws are a uniformly random k-subset.
-    noise = torch.rand(batch_size, num_patches, device=device, generator=generator)
-    positions = noise.argsort(dim=1)[:, :k]
-    choice = torch.rand(batch_size, k, device=device, generator=generator)
+    positions = draws.uniform(num_patches).argsort(dim=1)[:, :k]
+    choice = draws.uniform(k)
     replacement = torch.full_like(positions, UNCHANGED)
     replacement = replacement.masked_fill(choice < mask_fraction + random_fraction, RANDOM)
     replacement = replacement.masked_fill(choice < mask_fraction, MASK)
     # An offset in [1, n) from the patch itself: uniform over the other n - 1 patches, never itself.
-    offsets = torch.randint(1, max(num_patches, 2), (batch_size, k), device=device, generator=generator)
+    offsets = 1 + (draws.uniform(k) * max(num_patches - 1, 1)).long()
     sources = (positions + offsets) % num_patches
     return Corruption(positions=positions, replacement=replacement, sources=sources)
 

@@ -15,6 +15,7 @@ from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
 from mpp.config import MPPConfig
+from mpp.keyed_random import KeyedDraws
 from mpp.models.corruption import Corruption, corrupt_patch_embeddings, draw_corruption, select_patches
 from mpp.models.encoder import ImageEncoder, InputNormalisation, unit_interval
 from mpp.models.targets import TARGETS, num_colour_classes
@@ -50,16 +51,14 @@ class MaskedPatchPredictor(ImageEncoder):
     def no_weight_decay(self) -> set[str]:
         return {f"encoder.{name}" for name in self.encoder.no_weight_decay()} | {"mask_embedding"}
 
-    def draw_corruption(self, batch_size: int, generator: Optional[torch.Generator] = None) -> Corruption:
-        """A corruption of ``batch_size`` images, on ``generator``'s device if given, else the model's."""
+    def draw_corruption(self, keys: torch.Tensor) -> Corruption:
+        """The corruption of the images with these (b) keys (``mpp.keyed_random.keys_of``), on the keys' device."""
         return draw_corruption(
-            batch_size,
+            KeyedDraws(keys),
             self.encoder.patch_embed.num_patches,
             self.cfg.corruption_rate,
             self.cfg.mask_fraction,
             self.cfg.random_fraction,
-            device=generator.device if generator is not None else self.mask_embedding.device,
-            generator=generator,
         )
 
     def encode(self, images: torch.Tensor, corruption: Corruption) -> torch.Tensor:
@@ -88,15 +87,19 @@ class MaskedPatchPredictor(ImageEncoder):
         images: torch.Tensor,
         labels: Optional[torch.Tensor] = None,
         corruption: Optional[Corruption] = None,
+        draw_keys: Optional[torch.Tensor] = None,
     ) -> MPPOutput:
         """One MPP pass over raw images (b c h w), uint8 or float in [0, 1]. Labels are ignored: the objective is
         self-supervised.
 
-        A fresh corruption is drawn unless one is given.
+        Unless a corruption is given, one is drawn from ``draw_keys``, (b) int64 (the training loop's: a function of
+        the seed and each image's place in the run), or from random keys.
         """
         images = unit_interval(images)  # once, for both the encoder's input and the targets
         if corruption is None:
-            corruption = self.draw_corruption(images.shape[0])
+            if draw_keys is None:
+                draw_keys = torch.randint(2**32, images.shape[:1], device=images.device)
+            corruption = self.draw_corruption(draw_keys)
         tokens = self.encode(images, corruption)
         prediction = self.target.prediction(self.head(select_patches(tokens, corruption.positions)))
         target = select_patches(self.targets(images), corruption.positions)

@@ -6,6 +6,7 @@ needs nothing else from it. It trains what ``Trainer`` (trainer.py) prepared; no
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 import math
@@ -23,6 +24,7 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mpp.config import ConfigError, TrainConfig
+from mpp.keyed_random import keys_of
 from mpp.training.checkpoint import save_checkpoint
 from mpp.training.non_finite import NonFiniteGuard
 from mpp.training.preemption import Preempted, StopSignals
@@ -130,6 +132,13 @@ def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicRepor
     run_start = time.perf_counter()
     progress = tqdm(total=cfg.steps, initial=start_step, desc="train", disable=not accelerator.is_local_main_process)
     unwrapped = accelerator.unwrap_model(model)
+    # Each image's place in the run: step x global batch + its row in the global batch, where pass m of process p
+    # holds rows [(m P + p) micro, ... + micro) (accelerate gives process p every P-th batch of the order). A model that
+    # draws per image (MPP's corruption) keys its draws by (seed, place), so they do not depend on the process or the
+    # pass that holds the image: the run is the same on any number of processes. Kept on the device, moved on in place.
+    keyed = "draw_keys" in inspect.signature(unwrapped.forward).parameters
+    first_place = start_step * plan.global_batch_size + accelerator.process_index * plan.micro_batch_size
+    places = (first_place + torch.arange(plan.micro_batch_size)).to(accelerator.device)
     with logging_redirect_tqdm(), StopSignals() as stop_signals, progress:
         for report in reports if start_step == 0 else ():
             report(0, 0)
@@ -141,12 +150,12 @@ def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicRepor
                 group["lr"] = lr
             for micro_step in range(plan.accumulation_steps):
                 images, labels = next(batches)
-                # Every random draw of the pass (corruption, dropout) is a function of (seed, step, pass, process),
-                # so a resumed run draws what an uninterrupted one would. Seeded after fetching the batch: starting
-                # a loader iterator (as resuming does) consumes random numbers too.
+                # What the model draws from the global RNG (dropout, drop-path) is a function of (seed, step, pass,
+                # process), so a resumed run draws what an uninterrupted one would. Seeded after fetching the batch:
+                # starting a loader iterator (as resuming does) consumes random numbers too.
                 set_seed(hash((seed, step, micro_step, accelerator.process_index)) % 2**32)  # every backend's RNG
                 with accelerator.accumulate(model):
-                    output = model(images, labels)
+                    output = model(images, labels, **({"draw_keys": keys_of(seed, places)} if keyed else {}))
                     accelerator.backward(output.loss)
                     guard.observe_loss(output.loss)
                     if accelerator.sync_gradients:  # the last pass of the step
@@ -157,6 +166,7 @@ def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicRepor
                             run.averaged.update(unwrapped, step=step + 1)  # one foreach lerp over the weights
                 values = torch.stack([output.loss.detach(), output.accuracy.detach(), torch.ones_like(sums[0])])
                 sums += torch.where(torch.isfinite(values[0]), values, 0)
+                places += plan.num_processes * plan.micro_batch_size
             progress.update()
             done = step + 1
             window_steps += 1
