@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).parents[1] / "mpp"
 # A module may import modules of its own unit (a sub-package, or the module itself) and of earlier layers; never a
 # later layer, never another unit of its own layer.
 LAYERS = (
-    ("mpp.config",),  # typed configs and the errors every layer raises
+    ("mpp.config", "mpp.keyed_random"),  # typed configs and the errors every layer raises; per-image random draws
     ("mpp.run",),  # what every run has: its accelerator, its directory, its start and end
     ("mpp.data", "mpp.models"),  # images in; the ViT and its objectives
     ("mpp.training", "mpp.evaluation"),  # the training loop; frozen-encoder protocols and pictures
