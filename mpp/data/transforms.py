@@ -114,16 +114,17 @@ def random_crop_boxes(
     largest centred box of an allowed aspect ratio (torchvision's RandomResizedCrop rule).
     """
     area = heights * widths
-    draw = lambda low, high: low + (high - low) * draws.uniform(CROP_ATTEMPTS)  # noqa: E731
-    target_area = area[:, None] * draw(*scale)
-    aspect = torch.exp(draw(math.log(ratio[0]), math.log(ratio[1])))
+    uniform = draws.uniform(2 * CROP_ATTEMPTS + 2)  # one call: (b 22), the areas, aspects and corners of all attempts
+    target_area = area[:, None] * (scale[0] + (scale[1] - scale[0]) * uniform[:, :CROP_ATTEMPTS])
+    log_ratio = math.log(ratio[0]), math.log(ratio[1])
+    aspect = torch.exp(log_ratio[0] + (log_ratio[1] - log_ratio[0]) * uniform[:, CROP_ATTEMPTS:-2])
     crop_w = torch.sqrt(target_area * aspect)
     crop_h = torch.sqrt(target_area / aspect)
     fits = (crop_w <= widths[:, None]) & (crop_h <= heights[:, None])
     first = fits.float().argmax(dim=1, keepdim=True)  # the first fitting attempt (0 where none fits)
     crop_w, crop_h = crop_w.gather(1, first)[:, 0], crop_h.gather(1, first)[:, 0]
-    x0 = draws.uniform() * (widths - crop_w)
-    y0 = draws.uniform() * (heights - crop_h)
+    x0 = uniform[:, -2] * (widths - crop_w)
+    y0 = uniform[:, -1] * (heights - crop_h)
     boxes = torch.stack([x0, y0, x0 + crop_w, y0 + crop_h], dim=1)
     return torch.where(fits.any(dim=1)[:, None], boxes, fallback_boxes(heights, widths, ratio))
 
