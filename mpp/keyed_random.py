@@ -5,10 +5,10 @@ seed and the image's place in the run's sequence of global batches) from keys, s
 process holds the image, how the global batch is split into passes, or what was drawn before it: the run is the same
 on any number of processes, and a resumed one draws what an uninterrupted one would.
 
-A counter-based hash in int64 tensor operations (every value kept below 2**32, every product's magnitude below 2**63,
-so nothing overflows on any backend): vectorised over the batch, with static shapes, on the CPU, CUDA and XLA alike. The mixing
-function is Wellons' "lowbias32", an integer hash whose outputs pass the usual avalanche tests; uniform floats take
-its top 24 bits, which a float32 holds exactly.
+A counter-based hash in int64 tensor operations (every value kept below 2**32, every product's magnitude below
+2**63, so nothing overflows on any backend): vectorised over the batch, with static shapes, on the CPU, CUDA and XLA
+alike. The mixing function is Wellons' "lowbias32", an integer hash whose outputs pass the usual avalanche tests;
+uniform floats take its top 24 bits, which a float32 holds exactly.
 """
 
 from __future__ import annotations

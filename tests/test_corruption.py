@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from mpp.keyed_random import KeyedDraws, keys_of
 from mpp.models.corruption import (
     MASK,
     RANDOM,
@@ -12,7 +13,6 @@ from mpp.models.corruption import (
     num_corrupted,
     select_patches,
 )
-from mpp.keyed_random import KeyedDraws, keys_of
 
 
 def draws(batch: int, seed: int) -> KeyedDraws:

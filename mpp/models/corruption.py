@@ -9,6 +9,7 @@ still carries its own position. Every operation is batched: no loop over images 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import torch
 
 from mpp.keyed_random import KeyedDraws
