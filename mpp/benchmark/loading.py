@@ -52,6 +52,7 @@ from mpp.data.loading import build_dataset, build_loader
 from mpp.data.prepare import Settings, prepare
 from mpp.data.shapes import ShapesSource
 from mpp.data.transforms import ImageView, image_sizes, mirrored, resized_crop_of_pixels
+from mpp.keyed_random import KeyedDraws, keys_of
 from mpp.models.encoder import create_encoder
 
 FILE_IMAGES = 2048  # images written for the file-based sources
@@ -164,7 +165,8 @@ def stage_milliseconds(files: list[bytes], size: int, passes: int = 3) -> dict[s
     """Milliseconds per image of each stage of the baseline and library paths, on the same files and boxes, in one
     thread (the fastest of ``passes``)."""
     view = ImageView(size, augment=True)
-    boxes, flips = view.draw(*image_sizes([open_image(file) for file in files]), torch.Generator().manual_seed(0))
+    boxes, flips = view.draw(*image_sizes([open_image(file) for file in files]),
+                             KeyedDraws(keys_of(0, torch.arange(len(files)))))
     boxes = boxes.tolist()
     whole = [decode(open_image(file), "RGB") for file in files]
     pixels = [decoded_jpeg(file, "RGB") for file in files]
