@@ -137,10 +137,10 @@ class Session:
     def __exit__(self, error_type: Any, error: Any, traceback: Any) -> None:
         if error_type is None:
             return
-        self.release_lock()
         lost = self.accelerator.num_processes > 1 and is_collective_failure(error)
         if lost:  # the launcher's SIGTERM to the survivors follows: this process ends itself, saying why
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # first: releasing the lock below leaves time for it
+        self.release_lock()
         self.accelerator.end_training()  # TensorBoard flushed; what was written stays
         if lost:
             raise ProcessLost(
