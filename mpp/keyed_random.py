@@ -58,9 +58,6 @@ class KeyedDraws:
         self.keys = keys  # (b) int64 below 2**32, from keys_of
         self.calls = 0
 
-    def __len__(self) -> int:
-        return len(self.keys)
-
     def uniform(self, *shape: int) -> torch.Tensor:
         """(b *shape) float32 in [0, 1)."""
         self.calls += 1
