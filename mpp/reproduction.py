@@ -86,9 +86,11 @@ def labelled_images_per_class(cfg: ReproductionConfig) -> int:
 
 
 def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
-    """Every run of the experiment, pre-training runs first, each after the run it starts from; each runs a script of
-    ``repository``. Beside the rows: few-shot regression on raw pixels, and logistic regression and kNN on raw pixels
-    fitted to the same labelled images as fine-tuning (each seed's) and, once, to every training image."""
+    """Every run of the experiment, each after the run it starts from; each runs a script of ``repository``. Beside
+    the rows: few-shot regression on raw pixels, and logistic regression and kNN on raw pixels fitted to the same
+    labelled images as fine-tuning (each seed's) and, once, to every training image. These baselines come first, then
+    pre-training: the longest of them (logistic regression on every image) then runs beside pre-training, not alone at
+    the end."""
     output_dir = Path(cfg.output_dir)
     launcher = list(cfg.launcher) or [sys.executable]
     threads = max(1, len(os.sched_getaffinity(0)) // cfg.parallel_runs) if not torch.cuda.is_available() else 0
@@ -125,7 +127,7 @@ def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
                 name = f"baseline/pixels-{script}-{labels}-seed{seed}"
                 extra = (pixels, f"data.shots_per_class={per_class}", f"data.subset_seed={seed}")
                 baselines.append(Run(name, "baseline", command(script, name, seed, *extra), None))
-    return pretraining + evaluation + baselines
+    return baselines + pretraining + evaluation
 
 
 class RunFailed(RunError):

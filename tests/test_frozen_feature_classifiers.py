@@ -4,26 +4,34 @@ protocol around the solver."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from mpp.config import FewShotConfig, LinearProbeConfig
 from mpp.data.subsets import disjoint_per_class
 from mpp.evaluation.few_shot import few_shot_evaluation, ridge_accuracy
-from mpp.evaluation.frozen_feature_classifiers import accuracy, knn_predictions, ridge_predictions, ridge_regression
+from mpp.evaluation.frozen_feature_classifiers import accuracy, knn_predictions, ridge_predictions, ridge_regressions
 from mpp.evaluation.linear_probe import linear_probe_evaluation
 
 
-def test_the_closed_form_solver_matches_a_reference_least_squares_solution():
+def least_squares_reference(features: torch.Tensor, labels: torch.Tensor, num_classes: int, l2: float) -> np.ndarray:
+    """The ridge problem as plain least squares: the penalty as extra rows sqrt(l2) * I, the bias column unpenalised."""
+    n, d = features.shape
+    x = np.hstack([features.double().numpy(), np.ones((n, 1))])
+    y = 2 * np.eye(num_classes)[labels.numpy()] - 1
+    penalty_rows = np.hstack([np.sqrt(l2) * np.eye(d), np.zeros((d, 1))])
+    return np.linalg.lstsq(np.vstack([x, penalty_rows]), np.vstack([y, np.zeros((d, num_classes))]), rcond=None)[0]
+
+
+@pytest.mark.parametrize("count, dimension", [(40, 6), (12, 50)], ids=["more-images-than-features", "fewer"])
+def test_the_closed_form_solver_matches_a_reference_least_squares_solution_at_every_penalty(count, dimension):
     generator = torch.Generator().manual_seed(0)
-    features, labels = torch.randn(40, 6, generator=generator), torch.randint(0, 3, (40,), generator=generator)
-    l2 = 0.7
-    weights = ridge_regression(features, labels, 3, l2).numpy()
-    # The same problem as plain least squares: the penalty as extra rows sqrt(l2) * I (bias column unpenalised).
-    x = np.hstack([features.double().numpy(), np.ones((40, 1))])
-    y = 2 * np.eye(3)[labels.numpy()] - 1
-    penalty_rows = np.hstack([np.sqrt(l2) * np.eye(6), np.zeros((6, 1))])
-    reference = np.linalg.lstsq(np.vstack([x, penalty_rows]), np.vstack([y, np.zeros((6, 3))]), rcond=None)[0]
-    np.testing.assert_allclose(weights, reference, rtol=1e-9, atol=1e-12)
+    features = torch.randn(count, dimension, generator=generator) + 3  # off-centre: the bias matters
+    labels = torch.randint(0, 3, (count,), generator=generator)
+    grid = [1e-3, 0.7, 1e3]
+    for l2, weights in zip(grid, ridge_regressions(features, labels, 3, grid)):
+        np.testing.assert_allclose(weights.numpy(), least_squares_reference(features, labels, 3, l2), rtol=1e-8,
+                                   atol=1e-10)
 
 
 def separable(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -37,7 +45,7 @@ def separable(count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 def test_both_classifiers_separate_separable_features():
     train_features, train_labels = separable(400, seed=0)
     test_features, test_labels = separable(400, seed=1)
-    weights = ridge_regression(train_features, train_labels, 4, l2=1.0)
+    weights = ridge_regressions(train_features, train_labels, 4, [1.0])[0]
     assert (ridge_predictions(weights, test_features) == test_labels).float().mean() > 0.98
     assert (knn_predictions(train_features, train_labels, test_features, 4) == test_labels).float().mean() > 0.98
 
@@ -46,7 +54,7 @@ def test_both_classifiers_stay_at_chance_when_labels_say_nothing_about_features(
     generator = torch.Generator().manual_seed(3)
     train_features, test_features = torch.randn(2, 1000, 16, generator=generator)
     train_labels, test_labels = torch.randint(0, 4, (2, 1000), generator=generator)
-    weights = ridge_regression(train_features, train_labels, 4, l2=1.0)
+    weights = ridge_regressions(train_features, train_labels, 4, [1.0])[0]
     assert abs((ridge_predictions(weights, test_features) == test_labels).float().mean() - 0.25) < 0.06
     knn = knn_predictions(train_features, train_labels, test_features, 4)
     assert abs((knn == test_labels).float().mean() - 0.25) < 0.06
@@ -77,9 +85,9 @@ def test_the_penalty_is_the_one_best_on_the_holdout_slice():
     noisy = (holdout[0] + 6 * torch.randn(200, 16, generator=torch.Generator().manual_seed(4)), holdout[1])
     grid = [1e-3, 1.0, 1e3]
     score, chosen = ridge_accuracy(train, noisy, test, 4, grid)
-    on_holdout = [accuracy(ridge_predictions(ridge_regression(*train, 4, l2), noisy[0]), noisy[1]) for l2 in grid]
+    on_holdout = [accuracy(ridge_predictions(ridge_regressions(*train, 4, [l2])[0], noisy[0]), noisy[1]) for l2 in grid]
     assert chosen == grid[on_holdout.index(max(on_holdout))]
-    assert score == accuracy(ridge_predictions(ridge_regression(*train, 4, chosen), test[0]), test[1])
+    assert score == accuracy(ridge_predictions(ridge_regressions(*train, 4, [chosen])[0], test[0]), test[1])
 
 
 def test_disjoint_per_class_slices_share_no_image_and_hold_the_counts_asked_for():

@@ -68,7 +68,9 @@ def test_the_plan_runs_every_row_for_every_seed_each_after_its_own_pre_training(
     cfg = tiny_config(tmp_path, seeds=[3, 7])
     runs = plan_runs(cfg, ROOT)
     stages = [run.stage for run in runs]
-    assert stages == sorted(stages, key=lambda stage: stage != "pretrain")  # pre-training runs start first
+    first_pretraining = stages.index("pretrain")  # the raw-pixel baselines start first, then pre-training
+    assert all(run.after is None and "eval.features=pixels" in run.command for run in runs[:first_pretraining])
+    assert stages[first_pretraining:] == sorted(stages[first_pretraining:], key=lambda stage: stage != "pretrain")
     pretrained = [row for row in ROWS if row.pretraining]
     assert len(runs) == 2 * (len(pretrained) + 2 * len(ROWS) + BASELINE_RUNS["seed"]) + BASELINE_RUNS["once"]
     by_name = {run.name: run for run in runs}

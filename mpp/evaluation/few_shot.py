@@ -1,5 +1,5 @@
 """Few-shot linear evaluation (paper Sec. 4.1 "Metrics"): k labelled images per class, their frozen features
-regressed onto {-1, 1}^K targets in closed form (``ridge_regression``), the penalty chosen on a hold-out slice of
+regressed onto {-1, 1}^K targets in closed form (``ridge_regressions``), the penalty chosen on a hold-out slice of
 other training images, scored on test images; repeated over seeds.
 
 ``few_shot_evaluation`` is eval/few_shot.py's protocol; ``FewShotMonitor`` runs the same fit on a fixed small slice
@@ -20,7 +20,7 @@ from accelerate import Accelerator
 from mpp.config import FewShotConfig, MonitorConfig, MPPMonitorConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.subsets import disjoint_per_class, shots_per_class
-from mpp.evaluation.frozen_feature_classifiers import accuracy, fitting_device, ridge_predictions, ridge_regression
+from mpp.evaluation.frozen_feature_classifiers import accuracy, fitting_device, ridge_predictions, ridge_regressions
 from mpp.models.encoder import ImageEncoder
 
 DEFAULT_L2_GRID = FewShotConfig().l2_grid
@@ -39,7 +39,7 @@ def ridge_accuracy(
     ``fitting_device``."""
     device = fitting_device(train[0])
     train, holdout, test = ((values.to(device), classes.to(device)) for values, classes in (train, holdout, test))
-    fits = [ridge_regression(*train, num_classes, l2) for l2 in l2_grid]
+    fits = ridge_regressions(*train, num_classes, l2_grid)
     scores = [accuracy(ridge_predictions(weights, holdout[0]), holdout[1]) for weights in fits]
     best = scores.index(max(scores))
     return accuracy(ridge_predictions(fits[best], test[0]), test[1]), float(l2_grid[best])
