@@ -530,7 +530,7 @@ class ReproductionConfig:
     # results.json and the plots, and a Markdown file whose section between "<!-- results: <name> -->" and
     # "<!-- /results: <name> -->" (name: output_dir's last part) is replaced by the tables. Empty: neither.
     publish_dir: str = ""
-    readme: str = ""
+    results_page: str = ""
 
     def __post_init__(self) -> None:
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):

@@ -136,7 +136,7 @@ class RunFailed(RunError):
 
 # Settings an experiment may change when continued: which seeds (each seed's runs are independent of the others', so
 # an experiment at 3 seeds grows to 5 by running again with 5), how many runs at once, and where results are published.
-FREE_TO_CHANGE = ("seeds", "parallel_runs", "publish_dir", "readme")
+FREE_TO_CHANGE = ("seeds", "parallel_runs", "publish_dir", "results_page")
 
 
 def fixed_settings(settings: dict[str, Any]) -> dict[str, Any]:
@@ -374,7 +374,7 @@ def elapsed_seconds(output_dir: Path, add: float = 0.0) -> float:
 
 def write_results(cfg: ReproductionConfig, wall_seconds: float) -> dict[str, Any]:
     """results.json (every seed's figures), results.md (the tables and the wall time) and the plots, in
-    ``output_dir``; copied to ``publish_dir`` and into ``readme``'s section, where set."""
+    ``output_dir``; copied to ``publish_dir`` and into ``results_page``'s section, where set."""
     output_dir = Path(cfg.output_dir)
     results = collect_results(cfg)
     results["wall_seconds"] = wall_seconds
@@ -390,8 +390,8 @@ def write_results(cfg: ReproductionConfig, wall_seconds: float) -> dict[str, Any
         publish.mkdir(parents=True, exist_ok=True)
         for path in [output_dir / "results.md", output_dir / "results.json", *map(Path, results["plots"])]:
             shutil.copyfile(path, publish / path.name)
-    if cfg.readme:
-        replace_section(Path(cfg.readme), output_dir.name, table)
+    if cfg.results_page:
+        replace_section(Path(cfg.results_page), output_dir.name, table)
     return results
 
 
@@ -399,33 +399,33 @@ def section_markers(name: str) -> tuple[str, str]:
     return f"<!-- results: {name} -->", f"<!-- /results: {name} -->"
 
 
-def check_section(readme: Path, name: str) -> None:
-    """A ConfigError unless ``readme`` holds the section ``name`` once (checked before the experiment starts)."""
+def check_section(page: Path, name: str) -> None:
+    """A ConfigError unless ``page`` holds the section ``name`` once (checked before the experiment starts)."""
     start, end = section_markers(name)
-    text = readme.read_text() if readme.is_file() else ""
+    text = page.read_text() if page.is_file() else ""
     if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
-        raise ConfigError(f"readme={readme} needs one section to write the results into: a line {start}, then a "
-                          f"line {end}; add them, or leave readme empty")
+        raise ConfigError(f"results_page={page} needs one section to write the results into: a line {start}, then "
+                          f"a line {end}; add them, or leave results_page empty")
 
 
-def replace_section(readme: Path, name: str, content: str) -> None:
-    """``readme`` with its section ``name`` holding ``content``, written whole or not at all."""
-    check_section(readme, name)
+def replace_section(page: Path, name: str, content: str) -> None:
+    """``page`` with its section ``name`` holding ``content``, written whole or not at all."""
+    check_section(page, name)
     start, end = section_markers(name)
-    text = readme.read_text()
+    text = page.read_text()
     before, rest = text.split(start, 1)
     after = rest.split(end, 1)[1]
-    partial = readme.with_name(readme.name + ".partial")
+    partial = page.with_name(page.name + ".partial")
     partial.write_text(f"{before}{start}\n{content}{end}{after}")
-    os.replace(partial, readme)
+    os.replace(partial, page)
 
 
 def reproduce(cfg: ReproductionConfig, repository: Path) -> dict[str, Any]:
     """The whole experiment: every run not yet finished (the recipes of ``repository``), then the tables and the
     plots."""
     start = time.perf_counter()
-    if cfg.readme:
-        check_section(Path(cfg.readme), Path(cfg.output_dir).name)
+    if cfg.results_page:
+        check_section(Path(cfg.results_page), Path(cfg.output_dir).name)
     output_dir = claim_experiment(cfg)
     runs = plan_runs(cfg, repository)
     try:

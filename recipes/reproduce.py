@@ -6,7 +6,7 @@ Rows: from scratch; MPP (3-bit mean colour, downsized patch or L2 pixels, 50% co
 supervised. Each is pre-trained, fine-tuned on a few labels and scored by few-shot regression on frozen features,
 once per seed, by the other recipes in subprocesses (``launcher`` prefixes their command, e.g. accelerate launch);
 the raw pixels are scored by the same few-shot regression, logistic regression and kNN. Writes results.md,
-results.json and PNG plots to output_dir (and to publish_dir and readme's section, where set); running the command
+results.json and PNG plots to output_dir (and to publish_dir and results_page's section, where set); running the command
 again continues a stopped experiment.
 """
 

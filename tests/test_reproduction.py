@@ -172,10 +172,10 @@ def test_the_table_gives_mean_and_deviation_and_judges_each_claim_by_paired_diff
 
 def test_the_whole_experiment_runs_writes_its_table_and_plots_and_a_rerun_redoes_nothing(tmp_path):
     preset = tmp_path / "reproduce.yaml"
-    output_dir, publish, readme = tmp_path / "experiment", tmp_path / "published", tmp_path / "README.md"
-    readme.write_text("# Title\n<!-- results: experiment -->\nold table\n<!-- /results: experiment -->\nthe end\n")
+    output_dir, publish, page = tmp_path / "experiment", tmp_path / "published", tmp_path / "results.md"
+    page.write_text("# Title\n<!-- results: experiment -->\nold table\n<!-- /results: experiment -->\nthe end\n")
     preset.write_text(yaml.safe_dump({**TINY, "seeds": [0], "output_dir": str(output_dir),
-                                      "publish_dir": str(publish), "readme": str(readme)}))
+                                      "publish_dir": str(publish), "results_page": str(page)}))
     command = [sys.executable, str(ROOT / "recipes" / "reproduce.py"), "--config", str(preset)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -194,17 +194,17 @@ def test_the_whole_experiment_runs_writes_its_table_and_plots_and_a_rerun_redoes
     for plot in ("finetune_accuracy.png", "few_shot_during_pretraining.png"):
         assert (output_dir / plot).read_bytes().startswith(b"\x89PNG")
         assert (publish / plot).read_bytes() == (output_dir / plot).read_bytes()
-    assert readme.read_text() == ("# Title\n<!-- results: experiment -->\n" + table
+    assert page.read_text() == ("# Title\n<!-- results: experiment -->\n" + table
                                   + "<!-- /results: experiment -->\nthe end\n")
     again = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and f"{runs} runs, {runs} already finished" in again.stderr
     assert "start " not in again.stderr
 
 
-def test_a_readme_without_its_results_section_is_refused_before_any_run(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text("# Title\n<!-- results: other -->\n<!-- /results: other -->\n")
-    cfg = tiny_config(tmp_path, readme=str(readme))
+def test_a_results_page_without_its_results_section_is_refused_before_any_run(tmp_path):
+    page = tmp_path / "results.md"
+    page.write_text("# Title\n<!-- results: other -->\n<!-- /results: other -->\n")
+    cfg = tiny_config(tmp_path, results_page=str(page))
     with pytest.raises(ConfigError, match="<!-- results: experiment -->"):
         reproduce(cfg, ROOT)
     assert not (tmp_path / "experiment").exists()

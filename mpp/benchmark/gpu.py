@@ -1,4 +1,5 @@
-"""``python -m mpp.benchmark.gpu --out <dir>``: everything a GPU must show, in one command (README, "On a GPU").
+"""``python -m mpp.benchmark.gpu --out <dir>``: everything a GPU must show, in one command (docs/performance.md, "The
+GPU acceptance run").
 
 Stages, each a subprocess with its own time limit (together at most 20 minutes), its output in ``<dir>/<stage>.log``:
 
@@ -18,7 +19,7 @@ It writes ``<dir>/gpu_acceptance.json`` and ``<dir>/gpu_acceptance.md``; ``--sta
 takes one command of at most 10 minutes at a time), adding to what ``<dir>`` holds. Without CUDA it refuses in one
 line; ``--dry-run`` runs the same plan at toy sizes on the CPU (tested in CI), so that a GPU's time goes on
 measuring. The GPU machine lacks ``datasets`` (for ``mpp.data.prepare`` and ``hf:`` data) and vit-pytorch: carry
-their wheels (README, "On a GPU").
+their wheels (docs/performance.md, "The GPU acceptance run").
 """
 
 from __future__ import annotations

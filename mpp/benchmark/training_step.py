@@ -47,7 +47,7 @@ from mpp.config import ClassifierConfig, MPPRunConfig, build_config
 from mpp.models.encoder import create_encoder
 from mpp.training.optimizer import create_optimizer
 
-DEFAULT_PRESET = Path("recipes/configs/mpp_tiny_cpu.yaml")  # from the repository root, as the README runs it
+DEFAULT_PRESET = Path("recipes/configs/mpp_tiny_cpu.yaml")  # from the repository root, as the docs run it
 PEER_VERSION = "1.16.0"
 ROWS = ("supervised", "mpp", "vit-pytorch")
 CHECKPOINTED = " + grad checkpointing"  # a row's model with model.grad_checkpointing=true (--grad-checkpointing)

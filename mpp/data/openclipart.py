@@ -31,7 +31,7 @@ MIN_IMAGES = 90  # drawings whose file the category holds
 TEST_FRACTION = 0.2
 SPLIT_SEED = 0
 logger = logging.getLogger(__name__)
-# Categories with enough images that are left out, and why (measured on 80 images of each, README "Data").
+# Categories with enough images that are left out, and why (measured on 80 images of each, docs/data.md).
 EXCLUDED = {
     "shapes": "nine in ten are grey line art (flowcharts, arrows, callouts): no colour to predict",
     "special": "patterns, gradients and page templates, mostly grey: no common subject",

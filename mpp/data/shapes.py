@@ -6,7 +6,7 @@ alike), place, slight turn (up to 20 degrees: a square turned by 45 would be a d
 as wide as high, or as high), in one colour, on a background of two colours mixed by a random wavy texture, lighter
 than it or (half the images, drawn apart from the class) its negative, with a little pixel noise.
 
-What this design is for, measured in README "The embedded data: shapes": three copies at independent places and
+What this design is for, measured in docs/data.md, "The embedded data: shapes": three copies at independent places and
 sizes on a textured background leave kNN on the pixels of all 50,000 training images no near neighbour that shares
 the class by its layout (one unturned shape on a plain gradient: kNN 92%), a linear classifier on the pixels and a
 colour histogram score near chance, so features must be learned; a small ViT learns them; and a patch's mean colour

@@ -17,7 +17,7 @@ from mpp.config import RunError
 from mpp.run.lock import LOCK_FILE, RunDirectoryInUse, RunLock
 
 RUNS_DIR = Path("runs")  # where a run goes when no output_dir is given
-# The layout of a run directory (README, "The run directory"); TensorBoard's events files sit beside these.
+# The layout of a run directory (docs/pretraining.md, "The run directory"); TensorBoard's events files sit beside these.
 CONFIG_FILE = "config.yaml"  # the resolved config
 LOG_FILE = "log.txt"
 METRICS_FILE = "metrics.json"

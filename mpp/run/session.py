@@ -77,7 +77,7 @@ def check_joined(accelerator: Accelerator) -> None:
         raise ConfigError(
             f"accelerate launch started {launched} processes, but they did not join into one run (without a GPU, "
             "accelerate does not connect them): on a CPU-only machine launch with ACCELERATE_USE_CPU=1 and "
-            "--multi_gpu, see README, Devices"
+            "--multi_gpu, see docs/scaling.md, Devices"
         )
 
 

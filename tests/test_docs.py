@@ -1,0 +1,254 @@
+"""Every command the README and docs/ show runs as written, every link between them leads somewhere, and the front
+page's results are those the experiments wrote.
+
+A command is a line of a code block, or an inline code span, that runs a script of recipes/ or eval/ (by `python`,
+`accelerate launch`, `torchrun` or `sbatch recipes/slurm.sbatch`) or a module of the package (`python -m mpp...`).
+Its script or module must exist, and its arguments must parse without anything being run: a recipe's preset and
+`key=value` overrides into its config (by its own `cli`, with the run left out), a module's flags by its own argument
+parser (a module named without arguments only has to exist). A value the reader fills in is marked `<like this>` (or
+`key=...`): a preset so marked is not read, an override so marked has its key checked, and in a module's arguments
+it stands for 1. `[...]` marks what may be left out, and `...` more of the same. Shell variables set in the same
+code block (`C="--config ..."`) are expanded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import re
+import runpy
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from mpp.config import ConfigError, config_keys, parse_command_line
+from mpp.reproduction import percent
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PLACEHOLDER = "__placeholder__"
+CODE_BLOCK = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
+INLINE_CODE = re.compile(r"`([^`]+)`")
+ASSIGNMENT = re.compile(r'^([A-Za-z_]\w*)="([^"]*)"$')
+ENVIRONMENT_VARIABLE = re.compile(r"^[A-Z_][A-Z0-9_]*=")
+STARTS = re.compile(r"(^|\s)(accelerate launch|torchrun|sbatch|(\S*/)?python3? (-m mpp|recipes/|eval/))")
+
+
+@dataclass(frozen=True)
+class Command:
+    page: str
+    text: str  # as the page shows it
+    program: tuple[str, ...]  # ("script", "recipes/mpp.py") or ("module", "mpp.benchmark")
+    arguments: tuple[str, ...]  # placeholders as PLACEHOLDER, optional-part brackets removed
+
+    def __str__(self) -> str:
+        return f"{self.page}: {self.text}"
+
+
+def shell_lines(page_text: str) -> list[str]:
+    """The page's code-block lines (continuations joined, variables set in the block expanded) and inline spans."""
+    found = []
+    for block in CODE_BLOCK.findall(page_text):
+        variables: dict[str, str] = {}
+        for line in block.replace("\\\n", " ").splitlines():
+            statements = [part.strip() for part in line.split(";")]
+            assigned = [ASSIGNMENT.match(part) for part in statements]
+            if all(assigned) and statements != [""]:
+                variables.update(match.groups() for match in assigned)
+                continue
+            for name, value in variables.items():
+                line = line.replace("${" + name + "}", value).replace("$" + name, value)
+            found.append(line)
+    prose = CODE_BLOCK.sub("", page_text)
+    found += [span.replace("\n", " ") for span in INLINE_CODE.findall(prose)]
+    return [line for line in found if STARTS.search(line)]
+
+
+def without_brackets(token: str) -> str:
+    """``[--resume]`` -> ``--resume``: the brackets of an optional part, not those of a value (``data.mean=[0.5]``)."""
+    if token.startswith("["):
+        token = token[1:]
+    while token.endswith("]") and token.count("]") > token.count("["):
+        token = token[:-1]
+    return token
+
+
+def commands_of(page: Path) -> list[Command]:
+    commands = []
+    for line in shell_lines(page.read_text()):
+        marked = re.sub(r"<[^<>]+>|(?<=\S)\.\.\.", PLACEHOLDER, line)  # <run dir>, output_dir=...
+        lexer = shlex.shlex(marked, posix=True, punctuation_chars=";&|")
+        lexer.whitespace_split, lexer.commenters = True, "#"
+        tokens, segment = [], []
+        for token in [*lexer, ";"]:
+            if token in {";", "&&", "||", "|", "&"}:
+                tokens.append(segment)
+                segment = []
+            else:
+                segment.append(token)
+        for segment in tokens:
+            command = parse_segment(segment)
+            if command:
+                commands.append(Command(page.relative_to(ROOT).as_posix(), line.strip(), *command))
+    return commands
+
+
+def parse_segment(tokens: list[str]) -> tuple[tuple[str, str], tuple[str, ...]] | None:
+    """(program, arguments) of one shell command, or None where it runs nothing of this repository."""
+    tokens = [without_brackets(token) for token in tokens]
+    tokens = [token for token in tokens if token not in {"", "..."}]
+    while tokens and (ENVIRONMENT_VARIABLE.match(tokens[0]) or tokens[0] in {"sudo", "nohup"}):
+        tokens = tokens[1:]
+    if tokens[:1] == ["timeout"]:
+        tokens = tokens[2:]
+    if not tokens:
+        return None
+    program = Path(tokens[0]).name
+    if program.startswith("python") and tokens[1:2] == ["-m"]:
+        return (("module", tokens[2]), tuple(tokens[3:])) if tokens[2].startswith("mpp") else None
+    if program.startswith("python") or program in {"accelerate", "torchrun", "sbatch"}:
+        module_style = "--module" in tokens  # accelerate launch --module recipes.mpp
+        for index, token in enumerate(tokens[1:], start=1):
+            if token.endswith(".py") or (module_style and re.fullmatch(r"(recipes|eval)\.\w+", token)):
+                script = token if token.endswith(".py") else token.replace(".", "/") + ".py"
+                return ("script", script), tuple(tokens[index + 1:])
+    return None
+
+
+COMMANDS = [command for page in PAGES for command in commands_of(page)]
+
+
+class ParsedArguments(Exception):
+    """Raised in place of running a module, once its argument parser has accepted the arguments."""
+
+
+def check_recipe(script: Path, arguments: tuple[str, ...]) -> None:
+    """The script's own ``cli`` parses ``arguments`` into its config; ``run_recipe`` is replaced so nothing runs."""
+    spec = importlib.util.spec_from_file_location(f"docs_check_{script.stem}", script)
+    module = importlib.util.module_from_spec(spec)
+    saved_path = list(sys.path)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = saved_path  # the recipes take their own folder off sys.path
+    arguments = list(arguments)
+    if "--config" in arguments:
+        at = arguments.index("--config")
+        if PLACEHOLDER in arguments[at + 1]:  # a preset the reader chooses: the recipe's default stands in
+            del arguments[at:at + 2]
+    filled_in = [argument for argument in arguments if PLACEHOLDER in argument]
+    checked = [argument for argument in arguments if PLACEHOLDER not in argument]
+
+    def parse_only(main, config_class, default_preset, description):
+        parse_command_line(config_class, checked, default_preset, description=description)
+        keys = config_keys(config_class)
+        for argument in filled_in:  # <overrides>, <key>=<value>, init=<run dir>
+            key = argument.partition("=")[0]
+            assert key in keys or key.startswith(PLACEHOLDER), f"{argument}: not a key of {keys}"
+
+    module.run_recipe = parse_only
+    try:
+        module.cli()
+    except SystemExit as stop:  # --help
+        assert stop.code in (0, None), f"the command line was refused (exit {stop.code})"
+
+
+def check_module(name: str, arguments: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The module's own argument parser accepts ``arguments``; it is stopped there, before it does anything."""
+    assert importlib.util.find_spec(name) is not None, f"no module {name}"
+    if not arguments:  # the module named in the text, not a command line to run
+        return
+    parse_args = argparse.ArgumentParser.parse_args
+
+    def parse_and_stop(parser, args=None, namespace=None):
+        parse_args(parser, args, namespace)
+        raise ParsedArguments
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_and_stop)
+    monkeypatch.delitem(sys.modules, name, raising=False)  # run_module runs it afresh as __main__
+    monkeypatch.setattr(sys, "argv", [name, *(argument.replace(PLACEHOLDER, "1") for argument in arguments)])
+    try:
+        runpy.run_module(name, run_name="__main__", alter_sys=True)
+    except ParsedArguments:
+        return
+    except SystemExit as stop:  # --help
+        assert stop.code in (0, None), f"the command line was refused (exit {stop.code})"
+        return
+    pytest.fail(f"{name} did not parse a command line")
+
+
+def test_the_pages_show_commands_of_every_kind():
+    kinds = {command.program for command in COMMANDS}
+    assert {("script", "recipes/mpp.py"), ("script", "recipes/finetune.py"), ("script", "eval/few_shot.py"),
+            ("script", "recipes/reproduce.py"), ("module", "mpp.benchmark"), ("module", "mpp.data.prepare")} <= kinds
+    assert len(COMMANDS) > 50
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda command: f"{command.page}:{command.text[:60]}")
+def test_every_command_shown_exists_and_its_arguments_parse(command, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the pages name presets from the repository root
+    kind, target = command.program
+    try:
+        if kind == "module":
+            check_module(target, command.arguments, monkeypatch)
+        else:
+            script = ROOT / target
+            assert script.is_file(), f"{command}: no file {target}"
+            if script.parent.name in {"recipes", "eval"} and script.suffix == ".py":
+                check_recipe(script, command.arguments)
+    except (ConfigError, AssertionError) as error:
+        pytest.fail(f"{command}\n{error}")
+
+
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def anchors_of(page: Path) -> set[str]:
+    """GitHub's anchors for a page's headings: lower case, punctuation dropped, spaces as hyphens."""
+    headings = re.findall(r"^#{1,6} (.+)$", CODE_BLOCK.sub("", page.read_text()), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+
+
+def test_every_link_between_the_pages_and_to_the_repository_leads_somewhere():
+    broken = []
+    for page in PAGES:
+        for target in LINK.findall(CODE_BLOCK.sub("", page.read_text())):
+            if re.match(r"[a-z]+:", target):  # https:, mailto:
+                continue
+            path, _, anchor = target.partition("#")
+            linked = (page.parent / path).resolve() if path else page
+            if not linked.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such file)")
+            elif anchor and anchor not in anchors_of(linked):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
+
+
+FRONT_PAGE_EXPERIMENTS = {"Fashion-MNIST (grey)": "reproduce-fashion-mnist-cpu", "Shapes (colour)": "reproduce-shapes-cpu",
+                          "Clip art (colour)": "reproduce-openclipart-cpu"}
+FRONT_PAGE_ROWS = {"from scratch": "scratch", "MPP, 3-bit mean colour, 50%": "mpp-colour-50",
+                   "MPP, L2 pixels, 50%": "mpp-pixels-50", "MPP, 3-bit mean colour, 15%": "mpp-colour-15",
+                   "supervised, all labels": "supervised",
+                   "logistic regression on raw pixels (the same labelled images)": "linear_probe_labelled"}
+
+
+def front_page_results_table() -> str:
+    """The front page's results table, computed from each experiment's results/<experiment>/results.json."""
+    results = {column: json.loads((ROOT / "results" / name / "results.json").read_text())
+               for column, name in FRONT_PAGE_EXPERIMENTS.items()}
+    lines = ["| Fine-tuned from | " + " | ".join(FRONT_PAGE_EXPERIMENTS) + " |",
+             "|---|" + "---:|" * len(FRONT_PAGE_EXPERIMENTS)]
+    for label, row in FRONT_PAGE_ROWS.items():
+        cells = [percent(result["pixels"][row] if row in result["pixels"] else result["rows"][row]["finetune_accuracy"])
+                 for result in results.values()]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def test_the_front_pages_results_are_those_the_experiments_wrote():
+    assert front_page_results_table() in (ROOT / "README.md").read_text(), (
+        "README.md's results table differs from results/*/results.json; it should read:\n" + front_page_results_table())
