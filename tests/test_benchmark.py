@@ -1,16 +1,25 @@
 """The performance benchmark: its FLOP count is the analytic one, and it measures every row it can and writes the
-table (timings themselves are printed, never asserted)."""
+table (timings themselves are printed, never asserted); and MPP accuracy by region of the shapes data."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
+import subprocess
+import sys
 
 import torch
+import torch.nn.functional as F
 import yaml
 
+from mpp.benchmark import shapes_regions
 from mpp.benchmark.training_step import build_model, forward_flops, main, peer_available
 from mpp.config import MPPRunConfig, build_config
+from mpp.data.shapes import ShapesSource, copy_masks
+from mpp.models.corruption import select_patches
+from mpp.models.encoder import create_encoder
+from mpp.models.masked_patch_prediction import MaskedPatchPredictor
 
 TINY_MODEL = {"name": "vit_tiny_patch16_224", "img_size": 16, "patch_size": 4, "embed_dim": 32, "depth": 2,
               "num_heads": 2}
@@ -56,3 +65,36 @@ def test_the_loader_benchmark_measures_every_path_on_imagenet_like_files(tmp_pat
         + (["gpu-decode"] if torch.cuda.is_available() else [])]
     assert all(row["images_per_second"] > 0 for row in rows)
     assert len(results["stage_milliseconds"]) == 7 and all(ms > 0 for ms in results["stage_milliseconds"].values())
+
+
+
+def test_mpp_accuracy_by_region_counts_each_corrupted_patch_in_the_region_it_lies_in(tmp_path, capsys):
+    """The command on a tiny shapes run; then the model's prediction replaced by the target wherever a corrupted patch
+    holds no shape pixel: accuracy is then 1 outside the shapes and stays low inside them and on outlines."""
+    run = tmp_path / "run"
+    overrides = [f"model.{key}={value}" for key, value in TINY_MODEL.items()] + [
+        "model.img_size=32", "train.steps=2", "train.global_batch_size=8", "train.log_every=1", "train.checkpoint_every=2",
+        "monitor.few_shot_every=0", "monitor.mosaic_every=0", "monitor.final_few_shot_draws=0", f"output_dir={run}"]
+    recipe = subprocess.run([sys.executable, "recipes/mpp.py", *overrides], capture_output=True, text=True)
+    assert recipe.returncode == 0, recipe.stderr[-2000:]
+    regions = shapes_regions.main(["--run", str(run), "--images", "40"])
+    assert abs(sum(figures["share"] for figures in regions.values()) - 1) < 1e-6
+    assert all(figures["share"] > 0 for figures in regions.values()) and "outline" in capsys.readouterr().out
+
+    cfg = build_config(MPPRunConfig, run / "config.yaml")
+    model = MaskedPatchPredictor(create_encoder(cfg.model), cfg.mpp, cfg.data.mean, cfg.data.std)
+    source, index = ShapesSource("test", cfg.model.img_size), torch.arange(40)
+    shape_pixels = copy_masks(source.labels[index], source.params.select(index), cfg.model.img_size).any(dim=1)
+    cover = F.avg_pool2d(shape_pixels[:, None].float(), cfg.model.patch_size).flatten(1)  # (b n)
+    predict = model.forward
+
+    def right_outside_shapes(images, corruption):
+        out = predict(images, corruption=corruption)
+        outside = (select_patches(cover, out.corruption.positions) == 0)[..., None, None]  # (b k 1 1)
+        perfect = F.one_hot(out.target, out.prediction.shape[-1]).float()
+        return dataclasses.replace(out, prediction=torch.where(outside, perfect, out.prediction))
+
+    model.forward = right_outside_shapes
+    forced = shapes_regions.region_accuracy(model, source, 40, batch_size=40)
+    assert forced["outside"]["mpp_accuracy"] == 1.0
+    assert forced["inside"]["mpp_accuracy"] < 0.5 and forced["outline"]["mpp_accuracy"] < 0.5

@@ -1,0 +1,77 @@
+"""``python -m mpp.benchmark.shapes_regions --run <MPP run dir on shapes>``: where a trained MPP model on the embedded
+shapes data is right, by where each corrupted patch lies: wholly inside a shape, across an outline, or outside every
+shape (the background). A shape's class is its outline; this says whether MPP learned to fill in outlines or only
+the background (docs/results.md, "What the default run shows").
+
+The model is the run's newest intact checkpoint, on the first ``--images`` test images at the run's resolution, each
+with one corruption drawn from its index (seed 1), as in training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+from mpp.config import MPPRunConfig, build_config
+from mpp.data.shapes import ShapesSource, copy_masks
+from mpp.keyed_random import keys_of
+from mpp.models.corruption import select_patches
+from mpp.models.encoder import create_encoder
+from mpp.models.masked_patch_prediction import MaskedPatchPredictor
+from mpp.training.checkpoint import newest_intact_checkpoint
+
+REGIONS = ("inside", "outline", "outside")
+
+
+def region_accuracy(model: MaskedPatchPredictor, source: ShapesSource, images: int, batch_size: int = 250
+                    ) -> dict[str, dict[str, float]]:
+    """Per region: the share of corrupted patches there and the model's MPP accuracy on them."""
+    patch, size = model.encoder.patch_embed.patch_size[0], source.image_size
+    right, count = torch.zeros(len(REGIONS)), torch.zeros(len(REGIONS))
+    model.eval()
+    with torch.no_grad():
+        for index in torch.arange(images).split(batch_size):
+            shape_pixels = copy_masks(source.labels[index], source.params.select(index), size).any(dim=1).float()
+            cover = F.avg_pool2d(shape_pixels[:, None], patch).flatten(1)  # (b n): each patch's share of shape pixels
+            out = model(source.images(index), corruption=model.draw_corruption(keys_of(1, index)))
+            correct = (out.prediction.argmax(-1) == out.target).float().mean(-1)  # (b k), over a patch's cells
+            where = select_patches(cover, out.corruption.positions)  # (b k)
+            for region, chosen in enumerate((where == 1, (where > 0) & (where < 1), where == 0)):
+                right[region] += correct[chosen].sum()
+                count[region] += chosen.sum()
+    return {name: {"share": (count[i] / count.sum()).item(), "mpp_accuracy": (right[i] / count[i].clamp_min(1)).item()}
+            for i, name in enumerate(REGIONS)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m mpp.benchmark.shapes_regions", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--run", type=Path, required=True, help="an MPP run directory on data.source=shapes")
+    parser.add_argument("--images", type=int, default=2000, help="test images (default 2000)")
+    args = parser.parse_args(argv)
+    cfg = build_config(MPPRunConfig, args.run / "config.yaml")
+    if cfg.data.source != "shapes":
+        raise SystemExit(f"error: {args.run} trained on data.source={cfg.data.source}; this reads shapes runs only")
+    if cfg.mpp.target == "pixels":
+        raise SystemExit(f"error: {args.run} regresses pixels (mpp.target=pixels); this scores colour targets only")
+    checkpoint = newest_intact_checkpoint(args.run)
+    if checkpoint is None:
+        raise SystemExit(f"error: {args.run} holds no intact checkpoint")
+    model = MaskedPatchPredictor(create_encoder(cfg.model), cfg.mpp, cfg.data.mean, cfg.data.std)
+    model.load_state_dict(load_file(checkpoint / "model.safetensors"))
+    regions = region_accuracy(model, ShapesSource("test", cfg.model.img_size), args.images)
+    print(f"{checkpoint}, {args.images} test images:")
+    for name, figures in regions.items():
+        print(f"  {name:8s} {100 * figures['share']:5.1f}% of corrupted patches, MPP accuracy "
+              f"{100 * figures['mpp_accuracy']:.1f}%")
+    print(json.dumps(regions))
+    return regions
+
+
+if __name__ == "__main__":
+    main()
