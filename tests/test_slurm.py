@@ -38,12 +38,12 @@ def one_node_allocation(tmp_path: Path) -> dict[str, str]:
 
 def test_a_job_signalled_before_its_time_limit_checkpoints_requeues_itself_and_the_requeued_job_finishes(tmp_path):
     run_dir = tmp_path / "run"
-    job = ["bash", str(SCRIPT), str(RECIPE), f"output_dir={run_dir}", *TINY, "train.steps=150", "train.log_every=5",
+    job = ["bash", str(SCRIPT), str(RECIPE), f"output_dir={run_dir}", *TINY, "train.steps=80", "train.log_every=5",
            "train.checkpoint_every=1000"]
     env = one_node_allocation(tmp_path)
     first = subprocess.Popen(job, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                              start_new_session=True)
-    wait_for_log(run_dir / "log.txt", r"step 20/150", first)
+    wait_for_log(run_dir / "log.txt", r"step 20/80", first)
     os.kill(first.pid, signal.SIGUSR1)  # SLURM, 5 minutes before the limit (#SBATCH --signal=B:USR1@300)
     stdout, stderr = first.communicate(timeout=300)
     assert first.returncode == 0, stderr[-3000:]
@@ -58,5 +58,5 @@ def test_a_job_signalled_before_its_time_limit_checkpoints_requeues_itself_and_t
     second = subprocess.run(job, capture_output=True, text=True, env=env, timeout=600)  # the requeued job
     assert second.returncode == 0, second.stderr[-3000:]
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["step"] == 150 and metrics["steps_this_session"] == 150 - step and metrics["num_processes"] == 2
+    assert metrics["step"] == 80 and metrics["steps_this_session"] == 80 - step and metrics["num_processes"] == 2
     assert (tmp_path / "scontrol.txt").read_text().split() == ["requeue", "42"]  # a finished run is not requeued
