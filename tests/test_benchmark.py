@@ -16,7 +16,7 @@ import yaml
 from mpp.benchmark import shapes_regions
 from mpp.benchmark.training_step import build_model, forward_flops, main, peer_available
 from mpp.config import MPPRunConfig, build_config
-from mpp.data.shapes import ShapesSource, copy_masks
+from mpp.data.shapes import ShapesSource
 from mpp.models.corruption import select_patches
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
@@ -67,7 +67,6 @@ def test_the_loader_benchmark_measures_every_path_on_imagenet_like_files(tmp_pat
     assert len(results["stage_milliseconds"]) == 7 and all(ms > 0 for ms in results["stage_milliseconds"].values())
 
 
-
 def test_mpp_accuracy_by_region_counts_each_corrupted_patch_in_the_region_it_lies_in(tmp_path, capsys):
     """The command on a tiny shapes run; then the model's prediction replaced by the target wherever a corrupted patch
     holds no shape pixel: accuracy is then 1 outside the shapes and stays low inside them and on outlines."""
@@ -84,8 +83,7 @@ def test_mpp_accuracy_by_region_counts_each_corrupted_patch_in_the_region_it_lie
     cfg = build_config(MPPRunConfig, run / "config.yaml")
     model = MaskedPatchPredictor(create_encoder(cfg.model), cfg.mpp, cfg.data.mean, cfg.data.std)
     source, index = ShapesSource("test", cfg.model.img_size), torch.arange(40)
-    shape_pixels = copy_masks(source.labels[index], source.params.select(index), cfg.model.img_size).any(dim=1)
-    cover = F.avg_pool2d(shape_pixels[:, None].float(), cfg.model.patch_size).flatten(1)  # (b n)
+    cover = shapes_regions.shape_cover(source, index, cfg.model.patch_size)  # (b n)
     predict = model.forward
 
     def right_outside_shapes(images, corruption):

@@ -195,7 +195,7 @@ def test_the_whole_experiment_runs_writes_its_table_and_plots_and_a_rerun_redoes
         assert (output_dir / plot).read_bytes().startswith(b"\x89PNG")
         assert (publish / plot).read_bytes() == (output_dir / plot).read_bytes()
     assert page.read_text() == ("# Title\n<!-- results: experiment -->\n" + table
-                                  + "<!-- /results: experiment -->\nthe end\n")
+                                + "<!-- /results: experiment -->\nthe end\n")
     again = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and f"{runs} runs, {runs} already finished" in again.stderr
     assert "start " not in again.stderr

@@ -28,16 +28,21 @@ from mpp.training.checkpoint import newest_intact_checkpoint
 REGIONS = ("inside", "outline", "outside")
 
 
+def shape_cover(source: ShapesSource, index: torch.Tensor, patch_size: int) -> torch.Tensor:
+    """(b n): the share of each patch's pixels that lie inside a shape, for the images ``index``."""
+    shape_pixels = copy_masks(source.labels[index], source.params.select(index), source.image_size).any(dim=1)
+    return F.avg_pool2d(shape_pixels[:, None].float(), patch_size).flatten(1)
+
+
 def region_accuracy(model: MaskedPatchPredictor, source: ShapesSource, images: int, batch_size: int = 250
                     ) -> dict[str, dict[str, float]]:
     """Per region: the share of corrupted patches there and the model's MPP accuracy on them."""
-    patch, size = model.encoder.patch_embed.patch_size[0], source.image_size
+    patch = model.encoder.patch_embed.patch_size[0]
     right, count = torch.zeros(len(REGIONS)), torch.zeros(len(REGIONS))
     model.eval()
     with torch.no_grad():
         for index in torch.arange(images).split(batch_size):
-            shape_pixels = copy_masks(source.labels[index], source.params.select(index), size).any(dim=1).float()
-            cover = F.avg_pool2d(shape_pixels[:, None], patch).flatten(1)  # (b n): each patch's share of shape pixels
+            cover = shape_cover(source, index, patch)  # (b n)
             out = model(source.images(index), corruption=model.draw_corruption(keys_of(1, index)))
             correct = (out.prediction.argmax(-1) == out.target).float().mean(-1)  # (b k), over a patch's cells
             where = select_patches(cover, out.corruption.positions)  # (b k)
