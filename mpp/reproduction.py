@@ -31,7 +31,7 @@ import torch
 import yaml
 
 from mpp.config import ConfigError, FinetuneRunConfig, ReproductionConfig, RunError, build_config, config_to_dict
-from mpp.run.directory import read_metrics
+from mpp.run.directory import read_metrics, write_whole
 
 logger = logging.getLogger(__name__)
 SCRIPTS = {"mpp": "recipes/mpp.py", "supervised": "recipes/supervised.py", "finetune": "recipes/finetune.py",
@@ -415,9 +415,7 @@ def replace_section(page: Path, name: str, content: str) -> None:
     text = page.read_text()
     before, rest = text.split(start, 1)
     after = rest.split(end, 1)[1]
-    partial = page.with_name(page.name + ".partial")
-    partial.write_text(f"{before}{start}\n{content}{end}{after}")
-    os.replace(partial, page)
+    write_whole(page, lambda partial: partial.write_text(f"{before}{start}\n{content}{end}{after}"))
 
 
 def reproduce(cfg: ReproductionConfig, repository: Path) -> dict[str, Any]:

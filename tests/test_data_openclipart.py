@@ -70,6 +70,24 @@ def test_a_changed_file_is_decoded_again_and_one_that_fails_is_left_out(clip_art
     assert len(list(cache_in.glob("openclipart-*-8px-*.pt"))) == 3  # the changed split's cache is a new one
 
 
+def test_two_runs_decoding_a_split_at_once_both_get_it_and_leave_one_whole_cache(clip_art, cache_in, monkeypatch):
+    """As a reproduction's first two runs do: a second decode of the same split writes its cache while the first is
+    still writing its own; neither takes the other's file from under it."""
+    save = torch.save
+
+    def save_while_another_run_saves(value, path):
+        save(value, path)
+        monkeypatch.setattr(torch, "save", save)
+        second.append(openclipart_source(str(clip_art), "test", 8))  # the other run, finishing first
+
+    second = []
+    monkeypatch.setattr(torch, "save", save_while_another_run_saves)
+    first = openclipart_source(str(clip_art), "test", 8)
+    assert torch.equal(first.array, second[0].array)
+    assert [path.suffix for path in cache_in.iterdir()] == [".pt"]  # one cache, no partial left
+    assert torch.equal(openclipart_source(str(clip_art), "test", 8).array, first.array)
+
+
 def test_a_missing_clip_art_folder_says_how_to_install_it(tmp_path):
     with pytest.raises(DataError, match="apt-get install -y openclipart-png"):
         openclipart_source(str(tmp_path / "absent"), "train", 8)

@@ -25,6 +25,7 @@ from PIL import Image
 from mpp.config import DataError
 from mpp.data.image_folder import image_files
 from mpp.data.image_source import ArraySource, UndecodableImage, decode, open_image, read_file
+from mpp.run.directory import write_whole
 
 DEFAULT_ROOT = "/usr/share/openclipart/png"
 MIN_IMAGES = 90  # drawings whose file the category holds
@@ -127,9 +128,8 @@ def openclipart_source(location: str, split: str, image_size: int) -> ArraySourc
             logger.warning("openclipart: %d of %d files could not be decoded and are left out: %s", len(failed),
                            len(files), "; ".join(failed))
         cache.parent.mkdir(parents=True, exist_ok=True)
-        partial = cache.with_suffix(".partial")
-        torch.save({"pixels": pixels, "kept": kept_positions}, partial)
-        os.replace(partial, cache)  # whole or absent
+        # Runs started together (a reproduction's first two) decode the same split at once, each writing it whole
+        write_whole(cache, lambda partial: torch.save({"pixels": pixels, "kept": kept_positions}, partial))
     return ArraySource(pixels, torch.tensor(labels)[kept_positions], class_names,
                        f"openclipart {split} ({len(kept_positions)} drawings of {len(class_names)} categories "
                        f"under {root}, whole on white at {image_size} px)")

@@ -35,6 +35,7 @@ from PIL import Image
 from mpp.config import DataConfig, DataError, RunError, build_config
 from mpp.data.image_source import FileSource, ImageSource, UndecodableImage, decode_for_crop, open_image
 from mpp.data.sources import open_source
+from mpp.run.directory import write_whole
 
 RECORD = "prepared.json"
 
@@ -107,9 +108,7 @@ def write_shard(job: tuple[DataConfig, str, int, int, Settings, Path]) -> tuple[
     label = datasets.ClassLabel(names=list(source.class_names)) if source.class_names else datasets.Value("int64")
     table = datasets.Dataset.from_dict(rows, datasets.Features({"image": datasets.Image(), "label": label}))
     final = shard_path(out_dir, split, shard, shards)
-    partial = final.with_name(final.name + ".partial")
-    table.to_parquet(str(partial))
-    partial.rename(final)
+    write_whole(final, lambda partial: table.to_parquet(str(partial)))
     return split, shard, len(rows["label"]), skipped
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from mpp.data.image_dataset import ImageDataset
 from mpp.data.loading import build_dataset, build_loader, prepare_loader, warn_if_tested_on_training_images
 from mpp.models.encoder import ImageEncoder, InputNormalisation, count_parameters
 from mpp.models.pretrained import fine_tuning_encoder, fine_tuning_model_config, input_normalisation, read_pretrained
-from mpp.run.directory import FEATURES_DIR, PARTIAL_SUFFIX
+from mpp.run.directory import FEATURES_DIR, write_whole
 from mpp.run.session import Session, local_processes
 
 logger = logging.getLogger(__name__)
@@ -70,9 +69,8 @@ class EvaluationRun:
         features, labels = extract_features(self.accelerator, self.extractor, dataset, cfg)
         if self.accelerator.is_main_process:
             cache.mkdir(parents=True, exist_ok=True)
-            partial = path.with_suffix(PARTIAL_SUFFIX)
-            save_file({"features": features.cpu().contiguous(), "labels": labels.cpu().contiguous()}, partial)
-            os.replace(partial, path)  # a cache entry is whole or absent
+            stored = {"features": features.cpu().contiguous(), "labels": labels.cpu().contiguous()}
+            write_whole(path, lambda partial: save_file(stored, partial))  # evaluations may share one cache
         logger.info("%s: %d features of dimension %d extracted, cached as %s", name, len(labels), features.shape[1],
                     path)
         return features, labels

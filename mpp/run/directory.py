@@ -7,8 +7,9 @@ import json
 import os
 import shutil
 import time
+import uuid
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from accelerate import PartialState
 from accelerate.utils import broadcast_object_list
@@ -92,6 +93,18 @@ def claim_output_dir(run_dir: Path, resume: bool, overwrite: bool) -> Optional[R
     return lock
 
 
+def write_whole(path: Path, write: Callable[[Path], None]) -> None:
+    """``write(partial)`` writes the file under a name of its own beside ``path``, which it then replaces: a reader
+    finds ``path`` whole or absent, and writers of the same file at once (two runs filling one cache entry) each
+    rename a whole copy of their own instead of moving one another's. A failed write leaves nothing behind."""
+    partial = path.with_name(f"{path.name}.{uuid.uuid4().hex}{PARTIAL_SUFFIX}")
+    try:
+        write(partial)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
 def read_metrics(run_dir: Path) -> Optional[dict[str, Any]]:
     """A finished run's ``metrics.json`` (written last, whole or not at all), or None if the run has not finished."""
     path = run_dir / METRICS_FILE
@@ -101,6 +114,4 @@ def read_metrics(run_dir: Path) -> Optional[dict[str, Any]]:
 def write_metrics(run_dir: Path, metrics: dict[str, Any]) -> None:
     """Write ``metrics.json`` whole or not at all (main process only)."""
     if PartialState().is_main_process:
-        partial = run_dir / f"{METRICS_FILE}{PARTIAL_SUFFIX}"
-        partial.write_text(json.dumps(metrics, indent=2) + "\n")
-        os.replace(partial, run_dir / METRICS_FILE)
+        write_whole(run_dir / METRICS_FILE, lambda partial: partial.write_text(json.dumps(metrics, indent=2) + "\n"))
