@@ -229,7 +229,8 @@ def test_every_link_between_the_pages_and_to_the_repository_leads_somewhere():
 
 
 FRONT_PAGE_EXPERIMENTS = {"Fashion-MNIST (grey)": "reproduce-fashion-mnist-cpu", "Shapes (colour)": "reproduce-shapes-cpu",
-                          "Clip art (colour)": "reproduce-openclipart-cpu"}
+                          "Clip art, 32 px (colour)": "reproduce-openclipart-cpu",
+                          "Clip art, 64 px (colour)": "reproduce-openclipart-64-cpu"}
 FRONT_PAGE_ROWS = {"from scratch": "scratch", "MPP, 3-bit mean colour, 50%": "mpp-colour-50",
                    "MPP, L2 pixels, 50%": "mpp-pixels-50", "MPP, 3-bit mean colour, 15%": "mpp-colour-15",
                    "supervised, all labels": "supervised",
