@@ -155,12 +155,15 @@ def start_machine(rank: int, port: int, *args: str) -> subprocess.Popen:
                             start_new_session=True)
 
 
+MACHINE_STEPS = 80  # the two-machine run's length
+
+
 def machines_stopped_by_sigterm(run_dir, args: list[str], signalled: int, at_step: int) -> int:
     """Both machines' launchers run ``args`` until the log reaches ``at_step``; then the scheduler stops one
     machine's job step (SIGTERM to ``signalled``'s process group). -> the one step after which both stopped."""
     port = free_port()
     machines = [start_machine(rank, port, *args) for rank in (0, 1)]
-    wait_for_log(run_dir / "log.txt", rf"step {at_step}/80", machines[0])
+    wait_for_log(run_dir / "log.txt", rf"step {at_step}/{MACHINE_STEPS}", machines[0])
     os.killpg(machines[signalled].pid, signal.SIGTERM)
     errors = [machine.communicate(timeout=300)[1] for machine in machines]
     stops = re.findall(r"stopped by SIGTERM after step (\d+)", "".join(errors))
@@ -174,7 +177,8 @@ def test_two_machines_train_one_run_stop_together_on_sigterm_to_either_and_resum
     """Stopped through the second machine, resumed; stopped through the first (the main process's), resumed to the
     end: one run, one writer."""
     run_dir = tmp_path / "run"
-    args = [f"output_dir={run_dir}", *TINY, "train.steps=80", "train.log_every=5", "train.checkpoint_every=1000"]
+    args = [f"output_dir={run_dir}", *TINY, f"train.steps={MACHINE_STEPS}", "train.log_every=5",
+            "train.checkpoint_every=1000"]
     first_stop = machines_stopped_by_sigterm(run_dir, args, signalled=1, at_step=20)
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == [f"step_{first_stop:08d}"]  # one checkpoint
     second_stop = machines_stopped_by_sigterm(run_dir, [*args, "--resume"], signalled=0,
@@ -187,6 +191,7 @@ def test_two_machines_train_one_run_stop_together_on_sigterm_to_either_and_resum
         _, stderr = machine.communicate(timeout=300)
         assert machine.returncode == 0, stderr[-3000:]
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["step"] == 80 and metrics["num_processes"] == 2 and metrics["steps_this_session"] == 80 - second_stop
+    assert metrics["step"] == MACHINE_STEPS and metrics["num_processes"] == 2
+    assert metrics["steps_this_session"] == MACHINE_STEPS - second_stop
     log = (run_dir / "log.txt").read_text()
-    assert "2 process(es)" in log and log.count("step 80/80") == 1  # one writer across both machines
+    assert "2 process(es)" in log and log.count(f"step {MACHINE_STEPS}/{MACHINE_STEPS}") == 1  # one writer in all

@@ -129,7 +129,7 @@ def openclipart_source(location: str, split: str, image_size: int) -> ArraySourc
                            len(files), "; ".join(failed))
         cache.parent.mkdir(parents=True, exist_ok=True)
         # Runs started together (a reproduction's first two) decode the same split at once, each writing it whole
-        write_whole(cache, lambda partial: torch.save({"pixels": pixels, "kept": kept_positions}, partial))
+        write_whole(cache, lambda partial: torch.save({"pixels": pixels, "kept": kept_positions}, partial), shared=True)
     return ArraySource(pixels, torch.tensor(labels)[kept_positions], class_names,
                        f"openclipart {split} ({len(kept_positions)} drawings of {len(class_names)} categories "
                        f"under {root}, whole on white at {image_size} px)")

@@ -70,7 +70,7 @@ class EvaluationRun:
         if self.accelerator.is_main_process:
             cache.mkdir(parents=True, exist_ok=True)
             stored = {"features": features.cpu().contiguous(), "labels": labels.cpu().contiguous()}
-            write_whole(path, lambda partial: save_file(stored, partial))  # evaluations may share one cache
+            write_whole(path, lambda partial: save_file(stored, partial), shared=True)  # eval.feature_cache
         logger.info("%s: %d features of dimension %d extracted, cached as %s", name, len(labels), features.shape[1],
                     path)
         return features, labels

@@ -93,11 +93,13 @@ def claim_output_dir(run_dir: Path, resume: bool, overwrite: bool) -> Optional[R
     return lock
 
 
-def write_whole(path: Path, write: Callable[[Path], None]) -> None:
-    """``write(partial)`` writes the file under a name of its own beside ``path``, which it then replaces: a reader
-    finds ``path`` whole or absent, and writers of the same file at once (two runs filling one cache entry) each
-    rename a whole copy of their own instead of moving one another's. A failed write leaves nothing behind."""
-    partial = path.with_name(f"{path.name}.{uuid.uuid4().hex}{PARTIAL_SUFFIX}")
+def write_whole(path: Path, write: Callable[[Path], None], shared: bool = False) -> None:
+    """``write(partial)`` writes the file beside ``path``, which it then replaces: a reader finds ``path`` whole or
+    absent, and a failed write leaves nothing behind. One writer's partial file has a fixed name, which a rerun after
+    a kill writes over; ``shared`` files (a cache that two runs may fill at once) get a name of each writer's own, so
+    that each renames a whole copy of its own instead of moving the other's."""
+    unique = f".{uuid.uuid4().hex}" if shared else ""
+    partial = path.with_name(f"{path.name}{unique}{PARTIAL_SUFFIX}")
     try:
         write(partial)
         os.replace(partial, path)
