@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -89,7 +90,13 @@ SOURCE_KINDS = {
 
 
 def parse_source(source: str) -> tuple[str, str]:
-    """``"kind:location"`` -> (kind, location); the location may be empty only where the kind has a default."""
+    """``"kind:location"`` -> (kind, location); the location may be empty only where the kind has a default.
+
+    An empty source is what a preset for data of the user's own says (the paper presets): it must be given, so a
+    ViT-B/16 run never starts on the embedded toy data by accident."""
+    if not source:
+        raise DataError("data.source is not set: this preset trains on your own images; add, for example, "
+                        "data.source=folder:/data/imagenet/train (or hf:<name-or-path>; see docs/data.md)")
     kind, _, location = source.partition(":")
     if kind not in SOURCE_KINDS:
         raise DataError(f"data.source={source!r}: unknown source {kind!r}; valid sources:\n  "
@@ -106,6 +113,7 @@ class DataConfig:
     """Where images come from and how they become model inputs (mpp/data/)."""
 
     # shapes | fashion-mnist[:<dir>] | openclipart[:<dir>] | cifar10:<dir> | cifar100:<dir> | folder:<dir> | hf:<name-or-path>
+    # A preset that sets it empty ("") must be given one (the paper presets: the run is refused without it).
     source: str = "shapes"  # the embedded, procedurally drawn dataset (mpp/data/shapes.py)
     eval_folder: str = ""  # folder: a separate folder for the evaluation split (same class sub-folders)
     # hf: split and column names; an empty column name means the dataset's one Image / ClassLabel column
@@ -153,6 +161,14 @@ class DataConfig:
             raise ConfigError(f"data.eval_crop_fraction={self.eval_crop_fraction} must lie in (0, 1]")
         if self.num_workers is not None and self.num_workers < 0:
             raise ConfigError(f"data.num_workers={self.num_workers} must be at least 0 (or null: automatic)")
+        # A non-finite or non-positive value would turn every input into NaN or infinity: the first steps would be
+        # non-finite and the run would stop blaming the learning rate.
+        if not all(math.isfinite(value) for value in self.mean):
+            raise ConfigError(f"data.mean={list(self.mean)} must hold finite numbers, one per channel, e.g. "
+                              "data.mean=[0.5,0.5,0.5]")
+        if not all(math.isfinite(value) and value > 0 for value in self.std):
+            raise ConfigError(f"data.std={list(self.std)} must hold finite numbers above 0, one per channel, e.g. "
+                              "data.std=[0.5,0.5,0.5]")
         if self.decode == "gpu" and self.num_workers:
             raise ConfigError(f"data.decode=gpu decodes in the main process (CUDA cannot start in a loader worker); "
                               f"drop data.num_workers={self.num_workers}")
@@ -577,6 +593,10 @@ def build_config(cls: type, preset: Optional[str | Path] = None, overrides: typi
     values: dict[str, Any] = {}
     if preset is not None:
         path = Path(preset)
+        if path.is_dir():
+            inside = sorted(path.glob("*.yaml"))
+            raise ConfigError(f"config file {path} is a directory; give one YAML file, e.g. --config "
+                              f"{inside[0] if inside else 'recipes/configs/mpp_tiny_cpu.yaml'}")
         if not path.is_file():
             raise ConfigError(f"config file {path} does not exist; presets live in recipes/configs/")
         loaded = parsed_yaml(path.read_text(), f"config file {path}") or {}

@@ -4,7 +4,20 @@ from pathlib import Path
 
 import pytest
 
-from mpp.config import ConfigError, MPPRunConfig, build_config, config_keys, config_to_dict, parse_command_line
+from mpp.config import (
+    ConfigError,
+    FewShotRunConfig,
+    FinetuneRunConfig,
+    InspectionRunConfig,
+    KnnRunConfig,
+    LinearProbeRunConfig,
+    MPPRunConfig,
+    SupervisedRunConfig,
+    build_config,
+    config_keys,
+    config_to_dict,
+    parse_command_line,
+)
 
 PRESETS = sorted(path for path in (Path(__file__).parents[1] / "recipes" / "configs").glob("*.yaml")
                  if not path.stem.startswith("reproduce_"))  # those plan runs of these: test_reproduction.py
@@ -87,22 +100,43 @@ def test_missing_preset_file_is_named(tmp_path):
         build_config(MPPRunConfig, tmp_path / "nope.yaml")
 
 
+def test_a_directory_given_as_the_preset_is_called_a_directory(tmp_path):
+    with pytest.raises(ConfigError, match=rf"config file {tmp_path} is a directory; give one YAML file, e.g. --config "
+                                          r"recipes/configs/mpp_tiny_cpu.yaml"):
+        build_config(MPPRunConfig, tmp_path)
+    (tmp_path / "mine.yaml").write_text("seed: 1\n")
+    with pytest.raises(ConfigError, match=rf"is a directory; give one YAML file, e.g. --config {tmp_path}/mine.yaml"):
+        build_config(MPPRunConfig, tmp_path)
+
+
+@pytest.mark.parametrize("override", ["data.std=[0,1,1]", "data.std=[0.5,-0.5,0.5]", "data.std=[0.5,inf,0.5]",
+                                      "data.mean=[nan,0.5,0.5]", "data.mean=[0.5,0.5,-inf]"])
+def test_normalisation_that_would_make_inputs_non_finite_is_refused_naming_the_key(override):
+    key = override.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"^{key}=\[.*\] must hold finite numbers"):
+        build_config(MPPRunConfig, overrides=[override])
+
+
+RECIPE_CONFIGS = {"mpp": [MPPRunConfig], "supervised": [SupervisedRunConfig], "finetune": [FinetuneRunConfig],
+                  "eval": [FewShotRunConfig, LinearProbeRunConfig, KnnRunConfig, InspectionRunConfig]}
+
+
 @pytest.mark.parametrize("preset", PRESETS, ids=[p.stem for p in PRESETS])
 def test_every_shipped_preset_builds_for_its_recipe(preset):
-    from mpp.config import (
-        FewShotRunConfig,
-        FinetuneRunConfig,
-        InspectionRunConfig,
-        KnnRunConfig,
-        LinearProbeRunConfig,
-        SupervisedRunConfig,
-    )
-
-    recipes = {"mpp": [MPPRunConfig], "supervised": [SupervisedRunConfig], "finetune": [FinetuneRunConfig],
-               "eval": [FewShotRunConfig, LinearProbeRunConfig, KnnRunConfig, InspectionRunConfig]}
-    for recipe in recipes[preset.stem.split("_")[0]]:  # presets are named <recipe>_<setting>.yaml
-        cfg = build_config(recipe, preset)
+    own_data = 'source: ""' in preset.read_text()  # the paper presets: data.source is the user's to give
+    for recipe in RECIPE_CONFIGS[preset.stem.split("_")[0]]:  # presets are named <recipe>_<setting>.yaml
+        if own_data:
+            with pytest.raises(ConfigError, match=r"^data.source is not set: .* add, for example, data.source=\S+"):
+                build_config(recipe, preset)
+        cfg = build_config(recipe, preset, ["data.source=folder:/data/images"] if own_data else [])
         assert config_to_dict(cfg)["model"]["name"].startswith("vit_")
+
+
+@pytest.mark.parametrize("preset", [p for p in PRESETS if "vit_b16" in p.stem or "vit_l16" in p.stem],
+                         ids=lambda p: p.stem)
+def test_a_paper_scale_preset_never_falls_back_to_the_embedded_shapes(preset):
+    with pytest.raises(ConfigError, match="data.source is not set"):
+        build_config(RECIPE_CONFIGS[preset.stem.split("_")[0]][0], preset)
 
 
 def test_resume_flag_means_resume_auto():

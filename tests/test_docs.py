@@ -6,7 +6,8 @@ A command is a line of a code block, or an inline code span, that runs a script 
 Its script or module must exist, and its arguments must parse without anything being run: a recipe's preset and
 `key=value` overrides into its config (by its own `cli`, with the run left out), a module's flags by its own argument
 parser (a module named without arguments only has to exist). A value the reader fills in is marked `<like this>` (or
-`key=...`): a preset so marked is not read, an override so marked has its key checked, and in a module's arguments
+`key=...`): a preset so marked is not read, a text override so marked is parsed with a stand-in value, any
+other override so marked has its key checked, and in a module's arguments
 it stands for 1. `[...]` marks what may be left out, and `...` more of the same. Shell variables set in the same
 code block (`C="--config ..."`) are expanded.
 """
@@ -14,14 +15,17 @@ code block (`C="--config ..."`) are expanded.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import re
 import runpy
 import shlex
 import sys
+import typing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -126,6 +130,19 @@ class ParsedArguments(Exception):
     """Raised in place of running a module, once its argument parser has accepted the arguments."""
 
 
+def key_annotations(config_class: type, prefix: str = "") -> dict[str, Any]:
+    """Every dotted key of a config dataclass and the type it is declared with."""
+    found = {}
+    for name, annotation in typing.get_type_hints(config_class).items():
+        if name not in {field.name for field in dataclasses.fields(config_class)}:
+            continue  # a ClassVar
+        if dataclasses.is_dataclass(annotation):
+            found.update(key_annotations(annotation, prefix=f"{prefix}{name}."))
+        else:
+            found[f"{prefix}{name}"] = annotation
+    return found
+
+
 def check_recipe(script: Path, arguments: tuple[str, ...]) -> None:
     """The script's own ``cli`` parses ``arguments`` into its config; ``run_recipe`` is replaced so nothing runs."""
     spec = importlib.util.spec_from_file_location(f"docs_check_{script.stem}", script)
@@ -140,10 +157,19 @@ def check_recipe(script: Path, arguments: tuple[str, ...]) -> None:
         at = arguments.index("--config")
         if PLACEHOLDER in arguments[at + 1]:  # a preset the reader chooses: the recipe's default stands in
             del arguments[at:at + 2]
-    filled_in = [argument for argument in arguments if PLACEHOLDER in argument]
-    checked = [argument for argument in arguments if PLACEHOLDER not in argument]
-
     def parse_only(main, config_class, default_preset, description):
+        # A text value the reader fills in (data.source=folder:<images>, init=<run dir>) is parsed with a stand-in,
+        # so that a preset that needs it is checked with it; any other filled-in argument only by its key.
+        text_keys = {key for key, annotation in key_annotations(config_class).items() if annotation is str}
+        filled_in, checked = [], []
+        for argument in arguments:
+            key, _, value = argument.partition("=")
+            if PLACEHOLDER not in argument:
+                checked.append(argument)
+            elif key in text_keys:
+                checked.append(f"{key}={value.replace(PLACEHOLDER, 'filled-in')}")
+            else:
+                filled_in.append(argument)
         parse_command_line(config_class, checked, default_preset, description=description)
         keys = config_keys(config_class)
         for argument in filled_in:  # <overrides>, <key>=<value>, init=<run dir>

@@ -9,3 +9,13 @@
 
 Run them from the repository root: their default preset is ``recipes/configs/mpp_tiny_cpu.yaml``.
 """
+
+from pathlib import Path
+
+from mpp.config import MPPRunConfig, build_config
+
+
+def preset_encoder_and_batch(preset: str | Path) -> MPPRunConfig:
+    """An MPP preset's settings for a benchmark that builds its encoder and batch on images of its own: the preset's
+    data is never read, so a preset that leaves ``data.source`` to the user (the paper's) is given the embedded one."""
+    return build_config(MPPRunConfig, preset, ["data.source=shapes"])

@@ -23,7 +23,8 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 
-from mpp.config import MPPRunConfig, build_config
+from mpp.benchmark import preset_encoder_and_batch
+from mpp.config import MPPRunConfig
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
 from mpp.training.checkpoint import checkpoint_bytes, checkpoint_damage, load_checkpoint, save_checkpoint
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--cold", action="store_true", help="also time a resume from the disk (drops the page cache)")
     args = parser.parse_args(argv)
 
-    run = build_config(MPPRunConfig, preset=args.config)
+    run = preset_encoder_and_batch(args.config)
     accelerator = Accelerator(cpu=True)
     model, optimizer = accelerator.prepare(*synthetic_training_state(run))
     with tempfile.TemporaryDirectory(dir=args.dir) as run_dir:

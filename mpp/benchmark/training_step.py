@@ -43,7 +43,8 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from mpp.config import ClassifierConfig, MPPRunConfig, build_config
+from mpp.benchmark import preset_encoder_and_batch
+from mpp.config import ClassifierConfig, MPPRunConfig
 from mpp.models.encoder import create_encoder
 from mpp.training.optimizer import create_optimizer
 
@@ -116,7 +117,7 @@ class TrainingStep:
     """One row's training step on synthetic images, built and warmed up in the calling process."""
 
     def __init__(self, row: str, preset: str, batch: int, precision: str, warmup: int, compile_model: bool) -> None:
-        run = build_config(MPPRunConfig, preset)
+        run = preset_encoder_and_batch(preset)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.batch = batch
         torch.manual_seed(0)
@@ -239,7 +240,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="also the supervised and MPP rows with model.grad_checkpointing=true")
     parser.add_argument("--json", type=Path, help="also write the table here")
     args = parser.parse_args(argv)
-    run = build_config(MPPRunConfig, args.config)
+    run = preset_encoder_and_batch(args.config)
     batch = args.batch or run.train.micro_batch_size or run.train.global_batch_size
     rows = [row for row in ROWS if row != "vit-pytorch" or peer_available()]
     rows += [row + CHECKPOINTED for row in ("supervised", "mpp") if args.grad_checkpointing]

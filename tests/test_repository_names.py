@@ -1,0 +1,47 @@
+"""Every preset, script, page and command in the repository names files that exist: a renamed preset or moved script
+fails here, not in the hands of the user who copies the line."""
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# A file in the repository's own folders: with a suffix (mpp/mosaic or eval/test_accuracy without one are TensorBoard
+# tags), or one of CI's scripts. A placeholder such as <preset> or a wildcard is not a name.
+REPOSITORY_PATH = re.compile(r"(?<![\w/.-])((?:recipes|eval|docs|tests|mpp|results)/[\w./-]*\.\w+|\.ci/\w+)")
+# A preset named without its folder, as the pages and the presets' comments do
+PRESET_NAME = re.compile(r"(?<![\w/.-])((?:mpp|supervised|finetune|eval|reproduce)_\w+\.yaml)")
+TEXT_FILES = (".md", ".yaml", ".py", ".sbatch", ".cff", ".toml", ".txt", "")
+
+
+def repository_files() -> list[Path]:
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split()
+    return [ROOT / name for name in listed if Path(name).suffix in TEXT_FILES and (ROOT / name).is_file()]
+
+
+def names_in(path: Path) -> list[tuple[int, str]]:
+    found = []
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+        for match in REPOSITORY_PATH.finditer(line):
+            name = match.group(1).rstrip(".")
+            if "<" not in line[match.start():match.end() + 1] and "*" not in name:
+                found.append((number, name))
+        found += [(number, f"recipes/configs/{match.group(1)}") for match in PRESET_NAME.finditer(line)]
+    return found
+
+
+def test_the_walk_finds_the_names_it_is_meant_to_check():
+    names = {name for path in repository_files() for _, name in names_in(path)}
+    assert {"recipes/configs/mpp_vit_b16_paper.yaml", "recipes/slurm.sbatch", "recipes/mpp.py",
+            "docs/results.md", ".ci/xla"} <= names
+    assert len(names) > 50
+
+
+@pytest.mark.parametrize("path", repository_files(), ids=lambda path: str(path.relative_to(ROOT)))
+def test_every_name_a_file_gives_exists(path):
+    missing = [f"line {number}: {name}" for number, name in names_in(path)
+               if not (ROOT / name).exists() and not (ROOT / (name + ".py")).exists()]
+    assert not missing, f"{path.relative_to(ROOT)} names files that do not exist:\n" + "\n".join(missing)
