@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mpp.config import RunError, parse_command_line
-from mpp.training.preemption import Preempted
+from mpp.training.preemption import Preempted, stop_with_launcher
 
 
 def run_recipe(main: Callable[[Any], Any], config_class: type, default_preset: Path, description: str) -> None:
     """``main(config)`` from ``sys.argv``: ``[--config FILE] [--resume] [key=value ...]``."""
+    stop_with_launcher()  # a launcher killed alone: training saves a checkpoint and stops rather than run on orphaned
     try:
         main(parse_command_line(config_class, sys.argv[1:], default_preset, description=description))
     except RunError as error:

@@ -71,14 +71,15 @@ def wait_for_log(path: Path, pattern: str, process: subprocess.Popen, timeout: f
     raise AssertionError(f"no {pattern!r} in {path} after {timeout} s")
 
 
-def training_process(launcher: subprocess.Popen, rank: int) -> int:
-    """The pid of one rank's training process: a child of the launcher (torchrun runs inside accelerate launch)."""
+def training_process(launcher: subprocess.Popen, rank: int | None = None) -> int:
+    """The pid of one rank's training process: a child of the launcher (torchrun runs inside accelerate launch); with
+    one process (no rank), the launcher's child."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])  # after "pid (name) state"
             environment = (stat.parent / "environ").read_bytes().split(b"\0")
         except (OSError, IndexError, ValueError):
             continue  # ended meanwhile
-        if parent == launcher.pid and f"RANK={rank}".encode() in environment:
+        if parent == launcher.pid and (rank is None or f"RANK={rank}".encode() in environment):
             return int(stat.parent.name)
     raise AssertionError(f"no training process of rank {rank} under launcher {launcher.pid}")

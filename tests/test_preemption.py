@@ -9,10 +9,11 @@ import signal
 import subprocess
 import sys
 
+import psutil
 from safetensors.torch import load_file
 
 from mpp.training.preemption import StopSignals
-from tests.launching import RECIPE, TINY, launch, wait_for_log
+from tests.launching import RECIPE, TINY, launch, start, training_process, wait_for_log
 
 STEPS = ["train.steps=200", "train.log_every=1", "train.checkpoint_every=1000"]
 
@@ -58,3 +59,22 @@ def test_ctrl_c_saves_and_exits_with_130(tmp_path):
     assert process.returncode == 130 and "KeyboardInterrupt" not in stderr, stderr[-3000:]
     step = int(re.search(r"stopped by SIGINT after step (\d+)", stderr).group(1))
     assert (tmp_path / "checkpoints" / f"step_{step:08d}").is_dir()
+
+
+
+def test_sigterm_to_the_launcher_alone_stops_the_training_process_with_a_checkpoint(tmp_path):
+    """What ``docker stop`` or ``kill <pid of accelerate launch>`` does: the launcher dies without passing the signal
+    on. Its training process must not train on orphaned, holding the run lock, until something SIGKILLs it."""
+    launcher = start(f"output_dir={tmp_path}", *TINY, *STEPS, "train.steps=100000")
+    wait_for_log(tmp_path / "log.txt", r"step 3/100000", launcher)
+    trainer = psutil.Process(training_process(launcher))
+    launcher.send_signal(signal.SIGTERM)
+    try:
+        _, stderr = launcher.communicate(timeout=120)  # the pipe closes when the training process has ended too
+        trainer.wait(timeout=10)
+    finally:
+        if trainer.is_running():  # the failure this test is for: an orphan the test must not leave behind
+            trainer.kill()
+    step = int(re.search(r"stopped by SIGTERM after step (\d+); checkpoint (\S+) saved", stderr).group(1))
+    assert 3 <= step < 100000 and (tmp_path / "checkpoints" / f"step_{step:08d}").is_dir()
+    assert not (tmp_path / "run.lock").exists()  # released: the run can go on at once

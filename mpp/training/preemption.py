@@ -8,7 +8,10 @@ every ``every`` steps, one tiny all-reduce; a single process reads its own flag 
 
 from __future__ import annotations
 
+import ctypes
+import os
 import signal
+import sys
 import threading
 from types import FrameType
 from typing import Any, Optional
@@ -17,6 +20,27 @@ import torch
 from accelerate import Accelerator
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# Set by the launchers in the environment of the processes they start: accelerate launch (one process or many), torchrun
+LAUNCHER_VARIABLES = ("ACCELERATE_DYNAMO_BACKEND", "TORCHELASTIC_RUN_ID")
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def stop_with_launcher() -> bool:
+    """A process that a launcher started gets SIGTERM from the kernel when the launcher dies, and so saves a
+    checkpoint and stops (StopSignals) instead of training on, orphaned and holding the run's lock.
+
+    SIGTERM sent to ``accelerate launch`` alone (``docker stop``, a pod's termination, ``kill <pid>``) ends the
+    launcher without passing it on. Linux only (prctl); elsewhere, and for a process started without a launcher (whose
+    parent is a shell or a scheduler, and may well exit first, as under nohup), nothing changes. Returns whether it
+    was set."""
+    if not sys.platform.startswith("linux") or not any(name in os.environ for name in LAUNCHER_VARIABLES):
+        return False
+    parent = os.getppid()
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        return False
+    if os.getppid() != parent:  # the launcher died before the request: the kernel will not signal it now
+        os.kill(os.getpid(), signal.SIGTERM)
+    return True
 
 
 class Preempted(Exception):
