@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -61,6 +62,21 @@ def test_each_drawing_is_whole_on_white_and_cached(clip_art, cache_in):
     assert image[:, 6, 6].tolist() == pytest.approx([200, 30, 30], abs=3)  # the animal's red square
     assert len(list(cache_in.glob("openclipart-test-12px-*.pt"))) == 1
     assert torch.equal(openclipart_source(str(clip_art), "test", 12).array, test.array)  # read back from the cache
+
+
+def test_a_damaged_cache_is_decoded_again_with_one_warning_and_written_whole(clip_art, cache_in, caplog):
+    decoded = openclipart_source(str(clip_art), "test", 12)
+    (cache,) = cache_in.glob("openclipart-test-12px-*.pt")
+    cache.write_bytes(cache.read_bytes()[: cache.stat().st_size // 2])  # truncated, as by a full disk or a kill
+    with caplog.at_level(logging.WARNING):
+        again = openclipart_source(str(clip_art), "test", 12)
+    assert torch.equal(again.array, decoded.array)
+    warnings = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
+    assert len(warnings) == 1 and warnings[0].startswith(f"the cache {cache} cannot be read (")
+    assert warnings[0].endswith("); making it again")
+    caplog.clear()
+    assert torch.equal(openclipart_source(str(clip_art), "test", 12).array, decoded.array)  # whole again
+    assert not caplog.records or all(record.levelno < logging.WARNING for record in caplog.records)
 
 
 def test_a_changed_file_is_decoded_again_and_one_that_fails_is_left_out(clip_art, cache_in):

@@ -25,7 +25,7 @@ from PIL import Image
 from mpp.config import DataError
 from mpp.data.image_folder import image_files
 from mpp.data.image_source import ArraySource, UndecodableImage, decode, open_image, read_file
-from mpp.run.directory import write_whole
+from mpp.run.directory import read_cache, write_whole
 
 DEFAULT_ROOT = "/usr/share/openclipart/png"
 MIN_IMAGES = 90  # drawings whose file the category holds
@@ -104,6 +104,13 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mpp"
 
 
+def read_decoded(cache: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """A decoded split as ``openclipart_source`` caches it: (n c h w) uint8 drawings and their positions in the
+    split's file list."""
+    stored = torch.load(cache)
+    return stored["pixels"], stored["kept"]
+
+
 def openclipart_source(location: str, split: str, image_size: int) -> ArraySource:
     """One split (train or test) of the clip art at ``image_size`` px: every drawing whole, on white, as uint8 in
     memory. Decoded once per split and size and cached under ~/.cache/mpp (``XDG_CACHE_HOME``), keyed by the files'
@@ -117,9 +124,9 @@ def openclipart_source(location: str, split: str, image_size: int) -> ArraySourc
         status = path.stat()
         digest.update(f"{path}|{status.st_size}|{status.st_mtime_ns}".encode())
     cache = cache_root() / f"openclipart-{split}-{image_size}px-{digest.hexdigest()[:16]}.pt"
-    if cache.is_file():
-        stored = torch.load(cache)
-        pixels, kept_positions = stored["pixels"], stored["kept"]
+    stored = read_cache(cache, read_decoded)
+    if stored is not None:
+        pixels, kept_positions = stored
     else:
         logger.info("openclipart: decoding the %d %s images at %d px once, into %s", len(files), split, image_size,
                     cache)

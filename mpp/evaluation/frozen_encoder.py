@@ -22,7 +22,7 @@ from mpp.data.image_dataset import ImageDataset
 from mpp.data.loading import build_dataset, build_loader, prepare_loader, warn_if_tested_on_training_images
 from mpp.models.encoder import ImageEncoder, InputNormalisation, count_parameters
 from mpp.models.pretrained import fine_tuning_encoder, fine_tuning_model_config, input_normalisation, read_pretrained
-from mpp.run.directory import FEATURES_DIR, write_whole
+from mpp.run.directory import FEATURES_DIR, read_cache, write_whole
 from mpp.run.session import Session, local_processes
 
 logger = logging.getLogger(__name__)
@@ -62,10 +62,15 @@ class EvaluationRun:
         cfg = self.config
         cache = Path(cfg.eval.feature_cache) if cfg.eval.feature_cache else self.run_dir / FEATURES_DIR
         path = cache / f"{name}-{feature_fingerprint(self.extractor, dataset)}.safetensors"
-        if path.is_file():
-            stored = load_file(path, device=str(self.accelerator.device))
-            logger.info("%s: %d features read from %s", name, len(stored["labels"]), path)
+
+        def read(cached: Path) -> tuple[torch.Tensor, torch.Tensor]:
+            stored = load_file(cached, device=str(self.accelerator.device))
             return stored["features"], stored["labels"]
+
+        stored = read_cache(path, read)
+        if stored is not None:
+            logger.info("%s: %d features read from %s", name, len(stored[1]), path)
+            return stored
         features, labels = extract_features(self.accelerator, self.extractor, dataset, cfg)
         if self.accelerator.is_main_process:
             cache.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ overwrite it; ``metrics.json`` is written last and whole, so a run that has one 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import time
@@ -16,6 +17,8 @@ from accelerate.utils import broadcast_object_list
 
 from mpp.config import RunError
 from mpp.run.lock import LOCK_FILE, RunDirectoryInUse, RunLock
+
+logger = logging.getLogger(__name__)
 
 RUNS_DIR = Path("runs")  # where a run goes when no output_dir is given
 # The layout of a run directory (docs/pretraining.md, "The run directory"); TensorBoard's events files sit beside these.
@@ -105,6 +108,20 @@ def write_whole(path: Path, write: Callable[[Path], None], shared: bool = False)
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)
+
+
+def read_cache(path: Path, read: Callable[[Path], Any]) -> Optional[Any]:
+    """``read(path)`` of a cache file, or None where there is none or it cannot be read (truncated, damaged by a
+    full disk or a copy, written by another version): the caller makes it again and writes it over, after one
+    warning that names the file. A cache is never worth stopping a run for."""
+    if not path.is_file():
+        return None
+    try:
+        return read(path)
+    except Exception as error:  # noqa: BLE001 - every reader fails in its own way (pickle, zip, safetensors, keys)
+        logger.warning("the cache %s cannot be read (%s: %s); making it again", path, type(error).__name__,
+                       str(error).splitlines()[0] if str(error) else "no message")
+        return None
 
 
 def read_metrics(run_dir: Path) -> Optional[dict[str, Any]]:
