@@ -27,7 +27,8 @@ def main(cfg: FewShotRunConfig) -> dict[str, Any]:
     with open_evaluation_run(cfg, prefix="few-shot") as run:
         test = run.features(run.test_set, "test")
         results = few_shot_evaluation(lambda positions: run.features(run.train_set.subset(positions), "train-shots"),
-                                      run.train_set.labels, test, run.train_set.num_classes, cfg.few_shot, cfg.seed)
+                                      run.train_set.labels, test, run.train_set.num_classes, cfg.few_shot, cfg.seed,
+                                      run.train_set.class_names)
         for k, result in results.items():
             logger.info("%s-shot accuracy %.4f +- %.4f over %d seeds (per seed: %s; chosen l2: %s)", k, result["mean"],
                         result["std"], cfg.few_shot.seeds, ", ".join(f"{score:.4f}" for score in result["per_seed"]),

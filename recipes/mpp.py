@@ -20,7 +20,7 @@ from mpp.command_line import run_recipe
 from mpp.config import MPPRunConfig
 from mpp.data.loading import build_dataset, sample_images
 from mpp.evaluation.few_shot import FewShotAgainstInitialisation
-from mpp.evaluation.monitors import monitored_images, pre_training_monitors
+from mpp.evaluation.monitors import fitted_to_classes, monitored_images, pre_training_monitors
 from mpp.models.encoder import count_parameters, create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor, most_frequent_class_accuracy
 from mpp.models.pretrained import export_encoder
@@ -47,6 +47,8 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
         monitor = cfg.monitor
         monitored = (monitored_images(model, cfg.data, cfg.seed)
                      if monitor.few_shot_every or monitor.mosaic_every or monitor.final_few_shot_draws else None)
+        if monitored is not None:  # a small folder of images: the few-shot slices shrink to it, with a warning
+            monitor = fitted_to_classes(monitor, monitored)
         monitors = pre_training_monitors(accelerator, model, monitor, cfg.data, session.run_dir, cfg.seed, monitored)
         # Copies the encoder before its first step (a resumed run draws the same one: the session seeds it).
         against_init = (FewShotAgainstInitialisation(accelerator, model, monitored, monitor, cfg.seed)

@@ -12,6 +12,7 @@ import pytest
 import timm
 import torch
 import yaml
+from PIL import Image
 from safetensors.torch import load_file
 
 from mpp.config import ModelConfig
@@ -140,3 +141,21 @@ def test_an_output_dir_that_is_a_file_is_refused_in_one_line(tmp_path):
     assert result.stderr.strip().splitlines()[-1] == (
         f"error: output_dir={notes}: {notes} is a file, not a directory; choose another output_dir")
     assert notes.read_text() == "mine"
+
+
+def test_a_small_folder_shrinks_the_default_monitors_with_one_warning_and_trains(tmp_path):
+    """The default preset's few-shot reports ask 70 images per class; a folder of 20 per class still trains."""
+    for name in ("cats", "dogs"):
+        (tmp_path / "images" / name).mkdir(parents=True)
+        for index in range(20):
+            colour = (40 + 9 * index, 200 if name == "dogs" else 20, 90)
+            Image.new("RGB", (20, 20), colour).save(tmp_path / "images" / name / f"{index}.png")
+    result = launch(f"output_dir={tmp_path / 'run'}", f"data.source=folder:{tmp_path / 'images'}", *TINY,
+                    "monitor.few_shot_every=3", "monitor.final_few_shot_draws=2")
+    warnings = [line for line in result.stderr.splitlines() if "WARNING" in line and "monitor.few_shot_*" in line]
+    assert len(warnings) == 1, result.stderr[-3000:]
+    assert warnings[0].endswith("the smallest class of the training split, class 0 (cats), has 20 images, fewer "
+                                "than the 70 per class its slices ask (10 shots, 10 to choose the penalty on, 50 to "
+                                "score on); they use 10, 1 and 9")
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert 0 <= metrics["few_shot_accuracy"] <= 1 and len(metrics["few_shot_comparison"]["trained"]) == 2

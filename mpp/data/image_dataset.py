@@ -81,6 +81,10 @@ class ImageDataset(Dataset):
     def num_classes(self) -> int:
         return self.source.num_classes
 
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        return self.source.class_names
+
     def subset(self, positions: torch.Tensor, view: Optional[ImageView] = None) -> ImageDataset:
         """The images at ``positions`` of this dataset, through ``view`` (default: this dataset's)."""
         return ImageDataset(self.source, view or self.view, self.channels, self.indices[positions], self.seed,

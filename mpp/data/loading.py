@@ -62,7 +62,8 @@ def build_dataset(
         else:
             indices = kept
             if cfg.shots_per_class:
-                indices = kept[shots_per_class(source.labels[kept], cfg.shots_per_class, cfg.subset_seed)]
+                indices = kept[shots_per_class(source.labels[kept], cfg.shots_per_class, cfg.subset_seed,
+                                                class_names=source.class_names)]
     return ImageDataset(source, view, channels, indices, seed, cfg.max_bad_fraction,
                         "cuda" if cfg.decode == "gpu" else None)
 

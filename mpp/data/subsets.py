@@ -3,6 +3,8 @@ B.1.1) and k examples per class (few-shot evaluation and low-label fine-tuning).
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 
 from mpp.config import DataError
@@ -18,17 +20,22 @@ def holdout_split(size: int, fraction: float, seed: int) -> tuple[torch.Tensor, 
     return order[held_out:].sort().values, order[:held_out].sort().values
 
 
-def shots_per_class(labels: torch.Tensor, shots: int, seed: int, asked_by: str = "data.shots_per_class"
-                    ) -> torch.Tensor:
+def class_label(label: int, class_names: Sequence[str]) -> str:
+    """``class 3 (jackets)``: a class as the user knows it (its folder or label name) and as the data numbers it."""
+    return f"class {label} ({class_names[label]})" if label < len(class_names) else f"class {label}"
+
+
+def shots_per_class(labels: torch.Tensor, shots: int, seed: int, asked_by: str = "data.shots_per_class",
+                    class_names: Sequence[str] = ()) -> torch.Tensor:
     """Positions of ``shots`` randomly chosen examples of every class in ``labels``; sorted. ``asked_by`` names the
-    setting that asks for them, for the error when there are too few."""
+    setting that asks for them and ``class_names`` the classes, for the error when there are too few."""
     if (labels < 0).any():
         raise DataError(f"{asked_by} needs labels, and this data has unlabelled images")
     counts = torch.bincount(labels)
     short = [(label, int(count)) for label, count in enumerate(counts.tolist()) if 0 < count < shots]
     if short:
         raise DataError(f"{asked_by} needs {shots} examples of every class, but classes have fewer: "
-                        + ", ".join(f"class {label}: {count}" for label, count in short[:10]))
+                        + ", ".join(f"{class_label(label, class_names)}: {count}" for label, count in short[:10]))
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))
     by_class = torch.sort(labels[order], stable=True)
     first_of_class = torch.cumsum(counts, 0) - counts
@@ -36,12 +43,14 @@ def shots_per_class(labels: torch.Tensor, shots: int, seed: int, asked_by: str =
     return order[by_class.indices[rank_in_class < shots]].sort().values
 
 
-def disjoint_per_class(labels: torch.Tensor, counts: list[int], seed: int, asked_by: str) -> list[torch.Tensor]:
+def disjoint_per_class(labels: torch.Tensor, counts: list[int], seed: int, asked_by: str,
+                       class_names: Sequence[str] = ()) -> list[torch.Tensor]:
     """Positions in ``labels`` of disjoint random slices, ``counts[i]`` examples of every class in slice i (e.g.
     shots, a hold-out slice to tune on, test images); each sorted."""
     rest, slices = torch.arange(len(labels)), []
     for count in counts:
-        chosen = shots_per_class(labels[rest], count, seed, f"{asked_by} (with {sum(counts)} per class in all)")
+        chosen = shots_per_class(labels[rest], count, seed, f"{asked_by} (with {sum(counts)} per class in all)",
+                                 class_names)
         slices.append(rest[chosen])
         keep = torch.ones(len(rest), dtype=torch.bool)
         keep[chosen] = False

@@ -52,6 +52,7 @@ def few_shot_evaluation(
     num_classes: int,
     cfg: FewShotConfig,
     seed: int,
+    class_names: Sequence[str] = (),
 ) -> dict[str, dict]:
     """Per k of ``cfg.shots``: test accuracy (mean and standard deviation over ``cfg.seeds`` draws) and each draw's
     accuracy and chosen penalty. ``features_of(positions)`` gives the (features, labels) of those training images.
@@ -60,8 +61,9 @@ def few_shot_evaluation(
     draws = []
     for draw in range(cfg.seeds):
         holdout, pool = disjoint_per_class(train_labels, [cfg.holdout_per_class, max(cfg.shots)], seed + draw,
-                                           "few_shot.holdout_per_class and few_shot.shots")
-        draws.append((holdout, {k: pool[shots_per_class(train_labels[pool], k, seed + draw)] for k in cfg.shots}))
+                                           "few_shot.holdout_per_class and few_shot.shots", class_names)
+        draws.append((holdout, {k: pool[shots_per_class(train_labels[pool], k, seed + draw, class_names=class_names)]
+                                for k in cfg.shots}))
     needed = torch.cat([torch.cat([holdout, *shots.values()]) for holdout, shots in draws]).unique()  # sorted
     features, labels = features_of(needed)
 
@@ -96,7 +98,8 @@ class FewShotMonitor:
         self.every = cfg.few_shot_every
         self.extractor = ImageEncoder(model.encoder, model.normalise, cfg.features)  # shares the weights
         counts = [cfg.few_shot_shots, cfg.few_shot_holdout_per_class, cfg.few_shot_test_per_class]
-        self.positions = torch.cat(disjoint_per_class(dataset.labels, counts, seed, "monitor.few_shot_*"))
+        self.positions = torch.cat(disjoint_per_class(dataset.labels, counts, seed, "monitor.few_shot_*",
+                                                      dataset.class_names))
         self.labels = dataset.labels[self.positions].to(accelerator.device)
         self.bounds = torch.tensor([0] + counts).mul(dataset.num_classes).cumsum(0).tolist()
         self.num_classes = dataset.num_classes

@@ -6,16 +6,22 @@ is what they read, and what MPP's closing comparison with the encoder at initial
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from pathlib import Path
 
+import torch
 from accelerate import Accelerator
 
 from mpp.config import ConfigError, DataConfig, MonitorConfig, MPPMonitorConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.loading import build_dataset, sample_images
+from mpp.data.subsets import class_label
 from mpp.evaluation.few_shot import FewShotMonitor
 from mpp.evaluation.mpp_mosaic import MPPMosaic
 from mpp.models.encoder import ImageEncoder
+
+logger = logging.getLogger(__name__)
 
 
 def pre_training_monitors(accelerator: Accelerator, model: ImageEncoder, cfg: MonitorConfig, data: DataConfig,
@@ -30,6 +36,7 @@ def pre_training_monitors(accelerator: Accelerator, model: ImageEncoder, cfg: Mo
         return []
     if dataset is None:
         dataset = monitored_images(model, data, seed)
+    cfg = fitted_to_classes(cfg, dataset)
     reports: list[FewShotMonitor | MPPMosaic] = []
     if cfg.few_shot_every:
         reports.append(FewShotMonitor(accelerator, model, dataset, cfg, seed))
@@ -48,3 +55,38 @@ def monitored_images(model: ImageEncoder, data: DataConfig, seed: int) -> ImageD
     encoder = model.encoder
     return build_dataset(data, "train", encoder.patch_embed.img_size[0], encoder.patch_embed.proj.in_channels,
                          augment=False, seed=seed)
+
+
+def fitted_to_classes(cfg: MonitorConfig, dataset: ImageDataset) -> MonitorConfig:
+    """``cfg`` with its few-shot slices (shots, hold-out, test images per class) shrunk to the smallest class of
+    ``dataset``, or the few-shot reports off where it cannot hold one shot, one image to choose the penalty on and one
+    to score, or has no labels; one warning line when anything changes. A report nobody asked for by name (the
+    presets' defaults) never stops a run on a small folder of images."""
+    wanted = cfg.few_shot_every or getattr(cfg, "final_few_shot_draws", 0)
+    asked = (cfg.few_shot_shots, cfg.few_shot_holdout_per_class, cfg.few_shot_test_per_class)
+    if not wanted or not len(dataset):
+        return cfg
+    labels = dataset.labels
+    off = {"few_shot_every": 0, **({"final_few_shot_draws": 0} if isinstance(cfg, MPPMonitorConfig) else {})}
+    if (labels < 0).any():
+        logger.warning("monitor.few_shot_*: the training split has unlabelled images, and few-shot accuracy needs "
+                       "labels; the few-shot reports are off")
+        return dataclasses.replace(cfg, **off)
+    counts = torch.bincount(labels, minlength=dataset.num_classes)
+    smallest = int(torch.where(counts > 0, counts, counts.max() + 1).argmin())
+    fewest = int(counts[smallest])
+    if fewest >= sum(asked):
+        return cfg
+    said = (f"monitor.few_shot_*: the smallest class of the training split, {class_label(smallest, dataset.class_names)}"
+            f", has {fewest} images, fewer than the {sum(asked)} per class its slices ask ({asked[0]} shots, "
+            f"{asked[1]} to choose the penalty on, {asked[2]} to score on)")
+    shots = min(asked[0], fewest - 2)
+    if shots < 1:
+        logger.warning("%s; the few-shot reports are off", said)
+        return dataclasses.replace(cfg, **off)
+    holdout = max(1, (fewest - shots) * asked[1] // (asked[1] + asked[2]))
+    fitted = dataclasses.replace(cfg, few_shot_shots=shots, few_shot_holdout_per_class=holdout,
+                                 few_shot_test_per_class=fewest - shots - holdout)
+    logger.warning("%s; they use %d, %d and %d", said, fitted.few_shot_shots, fitted.few_shot_holdout_per_class,
+                   fitted.few_shot_test_per_class)
+    return fitted
