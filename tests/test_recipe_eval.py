@@ -79,11 +79,14 @@ def test_a_monitored_run_trains_exactly_as_an_unmonitored_one(tmp_path, mpp_run)
     assert monitored.keys() == plain.keys() and all(monitored[name].equal(plain[name]) for name in plain)
 
 
-def test_a_monitor_that_cannot_have_its_images_stops_the_run_before_it_writes(tmp_path):
-    result = launch(f"output_dir={tmp_path / 'run'}", *TINY, "monitor.few_shot_every=2",
-                    "monitor.few_shot_test_per_class=7000", check=False)
-    assert result.returncode != 0 and "monitor.few_shot_*" in result.stderr
-    assert not (tmp_path / "run").exists()
+def test_supervised_monitor_asking_more_images_than_a_class_has_shrinks_with_one_warning(tmp_path):
+    result = launch(f"output_dir={tmp_path / 'run'}", *TINY, "data.shots_per_class=30", "monitor.few_shot_every=3",
+                    script=ROOT / "recipes" / "supervised.py")
+    warnings = [line for line in result.stderr.splitlines() if "WARNING" in line and "monitor.few_shot_*" in line]
+    assert len(warnings) == 1 and warnings[0].endswith("has 30 images, fewer than the 70 per class its slices ask "
+                                                       "(10 shots, 10 to choose the penalty on, 50 to score on); "
+                                                       "they use 10, 3 and 17")
+    assert "few_shot/10shot" in tags(tmp_path / "run")["scalars"]
 
 
 @pytest.mark.parametrize("init", ["random", "mpp"])
