@@ -23,6 +23,7 @@ from mpp.evaluation.few_shot import FewShotAgainstInitialisation
 from mpp.evaluation.monitors import fitted_to_classes, monitored_images, pre_training_monitors
 from mpp.models.encoder import count_parameters, create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor, most_frequent_class_accuracy
+from mpp.models.model_card import model_card
 from mpp.models.pretrained import export_encoder
 from mpp.run.directory import EXPORT_DIR
 from mpp.run.session import Session
@@ -71,7 +72,8 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
                              "few_shot/final_at_init": metrics["few_shot_accuracy_at_init"]}, step=0)
         if accelerator.is_main_process:  # the encoder alone, in timm's hub format
             export_encoder(trainer.trained_model.encoder, session.run_dir / EXPORT_DIR, cfg.data.mean, cfg.data.std,
-                           tag="mpp", eval_crop_fraction=cfg.data.eval_crop_fraction)
+                           tag="mpp", eval_crop_fraction=cfg.data.eval_crop_fraction,
+                           card=model_card(cfg, metrics, trainer.trained_model.encoder, session.run_dir.name))
         session.finish(metrics)
     logger.info("done: loss %s, mpp_accuracy %s (most frequent class: %.4f), %.1f images/s; encoder exported to %s",
                 metrics["loss"], metrics["mpp_accuracy"], baseline, metrics["images_per_second"] or 0,

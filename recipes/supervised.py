@@ -23,6 +23,7 @@ from mpp.data.loading import build_dataset, warn_if_tested_on_training_images
 from mpp.evaluation.monitors import pre_training_monitors
 from mpp.models.classifier import ImageClassifier
 from mpp.models.encoder import count_parameters, create_encoder
+from mpp.models.model_card import model_card
 from mpp.models.pretrained import export_encoder
 from mpp.run.directory import EXPORT_DIR
 from mpp.run.session import Session
@@ -59,7 +60,8 @@ def main(cfg: SupervisedRunConfig) -> dict[str, Any]:
         metrics = train_classifier(trainer, test_set, "test", monitors)
         if accelerator.is_main_process:  # the encoder alone: fine-tuning replaces the pre-training head (Sec. 3.2)
             export_encoder(trainer.trained_model.encoder, session.run_dir / EXPORT_DIR, cfg.data.mean, cfg.data.std,
-                           tag="supervised", eval_crop_fraction=cfg.data.eval_crop_fraction)
+                           tag="supervised", eval_crop_fraction=cfg.data.eval_crop_fraction,
+                           card=model_card(cfg, metrics, trainer.trained_model.encoder, session.run_dir.name))
         session.finish(metrics)
     logger.info("done: loss %s, test_accuracy %.4f, %.1f images/s; encoder exported to %s", metrics["loss"],
                 metrics["test_accuracy"], metrics["images_per_second"] or 0, session.run_dir / EXPORT_DIR)

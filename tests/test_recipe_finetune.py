@@ -56,6 +56,9 @@ def test_supervised_pre_training_writes_the_run_directory_mpp_does(supervised_ru
     metrics = json.loads((supervised_run / "metrics.json").read_text())
     assert metrics["step"] == 6 and 0 <= metrics["test_accuracy"] <= 1 and 0 < metrics["loss"] < 10
     assert (supervised_run / "export" / "model.safetensors").is_file()
+    card = (supervised_run / "export" / "README.md").read_text()  # the model card: how it was trained, its figures
+    assert "supervised classification: a mlp head on the [class] token" in card
+    assert f"| `test_accuracy` | {metrics['test_accuracy']:.6g} |" in card
     assert [p.name for p in sorted((supervised_run / "checkpoints").iterdir())] == ["step_00000003", "step_00000006"]
     tags = set(EventAccumulator(str(supervised_run)).Reload().Tags()["scalars"])
     assert {"train/loss", "train/train_accuracy", "train/lr", "eval/test_accuracy", "few_shot/2shot"} <= tags

@@ -62,6 +62,18 @@ def test_exported_encoder_is_the_trained_one_in_timm(run):
     assert list(exported.pretrained_cfg["mean"]) == [0.5, 0.5, 0.5]
 
 
+def test_the_export_carries_a_model_card_of_this_run(run):
+    card = (run / "export" / "README.md").read_text()
+    front_matter = yaml.safe_load(card.split("---")[1])
+    assert front_matter["library_name"] == "timm" and "image-feature-extraction" in front_matter["tags"]
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert "16x16 px images in 4x4 patches, width 32, 2\nblocks, 2 heads" in card
+    assert "target `mean_colour`" in card and "- Data: `data.source=shapes`" in card
+    assert "6 steps of 8 images, adamw" in card
+    assert f"| `mpp_accuracy` | {metrics['mpp_accuracy']:.6g} |" in card
+    assert "MIT licence" in card and "An Image is Worth 16x16 Words" in card
+
+
 def test_resuming_from_a_checkpoint_gives_the_uninterrupted_result(run, tmp_path):
     interrupted = tmp_path / "interrupted"
     shutil.copytree(run, interrupted)  # as if the run had been stopped right after its step-3 checkpoint

@@ -178,13 +178,13 @@ def input_normalisation(pretrained: Optional[PretrainedEncoder], mean: tuple[flo
 
 def export_encoder(
     encoder: VisionTransformer, directory: Path, mean: Sequence[float], std: Sequence[float], tag: str,
-    eval_crop_fraction: float = 1.0,
+    eval_crop_fraction: float = 1.0, card: str = "",
 ) -> None:
     """Write the encoder in timm's hub format, which timm (``local-dir:``) and transformers (``AutoModel``, through
     its TimmWrapper) both load, with the input it was trained on in its pretrained_cfg: the normalisation, and the
     evaluation view (bilinear resize, centre crop of ``eval_crop_fraction`` of the short side) for image
-    processors. What is written is a copy on the host: an accelerator's tensors (XLA's) cannot be written as they
-    are."""
+    processors; ``card`` (mpp.models.model_card) as its README.md. What is written is a copy on the host: an
+    accelerator's tensors (XLA's) cannot be written as they are."""
     partial = directory.with_name(directory.name + PARTIAL_SUFFIX)
     shutil.rmtree(partial, ignore_errors=True)
     save_for_hf(
@@ -202,6 +202,8 @@ def export_encoder(
     config["model_args"] = {key: value for key, value in config.get("model_args", {}).items()
                             if key not in ("num_classes", "global_pool")}
     config_path.write_text(json.dumps(config, indent=2))
+    if card:
+        (partial / "README.md").write_text(card)
     if directory.exists():
         shutil.rmtree(directory)
     partial.rename(directory)
