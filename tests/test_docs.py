@@ -33,7 +33,7 @@ from mpp.config import ConfigError, config_keys, parse_command_line
 from mpp.reproduction import percent
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
 PLACEHOLDER = "__placeholder__"
 CODE_BLOCK = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 INLINE_CODE = re.compile(r"`([^`]+)`")
