@@ -34,7 +34,8 @@ def test_resumed_batches_continue_where_an_uninterrupted_run_would_be():
     assert straight[:5] != straight[5:10]  # and each epoch reshuffles
 
 
-def test_accumulation_takes_one_optimizer_step_per_global_batch(tiny_model_config, tmp_path):
+def train_tiny_mpp(tiny_model_config, tmp_path, cfg: TrainConfig, optimizer=None):
+    """MPP on the shapes data through the loop, as the recipes run it: (the prepared model, optimizer, metrics)."""
     from accelerate.utils import GradientAccumulationPlugin
 
     from mpp.config import DataConfig, MPPConfig, MPPRunConfig
@@ -43,21 +44,45 @@ def test_accumulation_takes_one_optimizer_step_per_global_batch(tiny_model_confi
     from mpp.models.masked_patch_prediction import MaskedPatchPredictor
     from mpp.training.engine import TrainingRun, train
 
+    plan = plan_batches(cfg, num_processes=1)
+    accelerator = Accelerator(cpu=USE_CPU, gradient_accumulation_plugin=GradientAccumulationPlugin(
+        num_steps=plan.accumulation_steps, sync_with_dataloader=False))
+    model = MaskedPatchPredictor(create_encoder(tiny_model_config), MPPConfig(), (0.5,) * 3, (0.5,) * 3)
+    optimizer = optimizer(model) if optimizer else torch.optim.AdamW(model.parameters(), lr=cfg.lr, fused=True)
+    dataset = build_dataset(DataConfig(), "train", image_size=16, channels=3, augment=True)
+    loader = build_loader(dataset, batch_size=plan.micro_batch_size, cfg=DataConfig(), train=True)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    metrics = train(TrainingRun(accelerator, model, optimizer, loader, dataset, plan, cfg, tmp_path, MPPRunConfig()))
+    return model, optimizer, metrics
+
+
+def test_accumulation_takes_one_optimizer_step_per_global_batch(tiny_model_config, tmp_path):
     cfg = TrainConfig(steps=3, global_batch_size=8, micro_batch_size=4, warmup_steps=1, log_every=1,
                       checkpoint_every=10)
-    plan = plan_batches(cfg, num_processes=1)
-    assert plan.accumulation_steps == 2
-    accelerator = Accelerator(
-        cpu=USE_CPU, gradient_accumulation_plugin=GradientAccumulationPlugin(num_steps=2, sync_with_dataloader=False)
-    )
-    model = MaskedPatchPredictor(create_encoder(tiny_model_config), MPPConfig(), (0.5,) * 3, (0.5,) * 3)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, fused=True)
-    dataset = build_dataset(DataConfig(), "train", image_size=16, channels=3, augment=True)
-    loader = build_loader(dataset, batch_size=4, cfg=DataConfig(), train=True)
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-
-    metrics = train(TrainingRun(accelerator, model, optimizer, loader, dataset, plan, cfg, tmp_path, MPPRunConfig()))
+    assert plan_batches(cfg, num_processes=1).accumulation_steps == 2
+    _, optimizer, metrics = train_tiny_mpp(tiny_model_config, tmp_path, cfg)
     adam_steps = {int(state["step"]) for state in optimizer.optimizer.state.values()}
     assert adam_steps == {3}  # 6 passes, 3 optimizer steps
     assert metrics["step"] == 3 and metrics["images_seen"] == 24 and metrics["loss"] > 0
     assert (tmp_path / "checkpoints" / "step_00000003").is_dir()  # the final checkpoint is always written
+
+
+def test_a_step_moves_the_weights_by_the_learning_rate_times_the_clipped_gradient(tiny_model_config, tmp_path):
+    """SGD without momentum moves the weights by lr x gradient: by exactly lr x train.grad_clip_norm once the
+    gradient's global norm is clipped to it (App. B.1), by the whole gradient when the bound is far above it."""
+    moved = {}
+    for clip in (1e-4, 1e6):
+        torch.manual_seed(0)
+        cfg = TrainConfig(steps=1, global_batch_size=8, warmup_steps=0, log_every=1, checkpoint_every=10, lr=1.0,
+                          optimizer="sgd", momentum=0.0, grad_clip_norm=clip)
+        before = {}
+
+        def sgd(model):
+            before.update({name: value.detach().clone() for name, value in model.named_parameters()})
+            return torch.optim.SGD(model.parameters(), lr=cfg.lr)
+
+        model, _, _ = train_tiny_mpp(tiny_model_config, tmp_path / str(clip), cfg, sgd)
+        moved[clip] = torch.cat([(value.detach() - before[name]).flatten()
+                                 for name, value in model.named_parameters()]).norm().item()
+    assert moved[1e-4] == pytest.approx(1e-4, rel=1e-3)
+    assert moved[1e6] > 100 * moved[1e-4]  # unclipped: the same step's whole gradient

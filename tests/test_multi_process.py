@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -91,13 +90,13 @@ def test_one_process_killed_or_frozen_ends_the_whole_run_soon_with_a_message(tmp
     try:
         wait_for_log(run_dir / "log.txt", r"saved checkpoint .*step_00000010", process)
         os.kill(training_process(process, rank=1), signum)
-        begun = time.monotonic()
+        # Ends within the collective timeout (5 s) and the launcher's 30 s grace for a stopped process, or the
+        # harness's limit fails the test; 100,000 steps would take the survivor hours.
         _, stderr = process.communicate(timeout=120)
     finally:
         with contextlib.suppress(ProcessLookupError):  # none left: the run ended as it should
             os.killpg(process.pid, signal.SIGKILL)  # a stopped process ignores everything else
-    # The launcher gives a stopped process 30 s after SIGTERM before it kills it.
-    assert process.returncode != 0 and time.monotonic() - begun < 60
+    assert process.returncode != 0 and not (run_dir / "metrics.json").exists()
     assert "error: a collective between this run's processes failed" in stderr, stderr[-3000:]
     assert "[rank0]: Traceback" not in stderr  # the launcher's own report of the failed process stays
     checkpoints = list_checkpoints(run_dir)

@@ -32,6 +32,7 @@ import argparse
 import dataclasses
 import json
 import multiprocessing
+import re
 import resource
 import statistics
 import time
@@ -158,8 +159,7 @@ class TrainingStep:
 
     def summary(self) -> dict[str, Any]:
         """Peak memory so far, FLOPs per image and the device."""
-        peak = (torch.cuda.max_memory_allocated() if self.device.type == "cuda"
-                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+        peak = torch.cuda.max_memory_allocated() if self.device.type == "cuda" else peak_resident_bytes()
         return {"peak_memory_bytes": peak, "training_flops_per_image": self.flops_per_image,
                 "device": device_name(self.device)}
 
@@ -170,6 +170,17 @@ def measure(row: str, preset: str, batch: int, precision: str, steps: int, repea
     step = TrainingStep(row, preset, batch, precision, warmup, compile_model)
     seconds = statistics.median(step.seconds_per_step(steps) for _ in range(repeats))
     return {"images_per_second": batch / seconds, **step.summary()}
+
+
+def peak_resident_bytes() -> int:
+    """This process's own peak resident set. Linux's ``VmHWM``: ``ru_maxrss`` keeps the peak of the process image
+    that exec replaced, so a row started by a large parent process would report the parent's memory."""
+    status = Path("/proc/self/status")
+    if status.is_file():
+        found = re.search(r"^VmHWM:\s+(\d+) kB", status.read_text(), re.M)
+        if found:
+            return int(found.group(1)) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def device_name(device: torch.device) -> str:
