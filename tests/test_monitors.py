@@ -1,4 +1,4 @@
-"""The pre-training reports fit the data they are given: a small folder shrinks the few-shot slices, never stops a run."""
+"""The pre-training reports fit the data they are given: a small folder shrinks the few-shot slices and trains on."""
 
 from __future__ import annotations
 

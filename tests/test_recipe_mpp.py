@@ -67,7 +67,7 @@ def test_the_export_carries_a_model_card_of_this_run(run):
     front_matter = yaml.safe_load(card.split("---")[1])
     assert front_matter["library_name"] == "timm" and "image-feature-extraction" in front_matter["tags"]
     metrics = json.loads((run / "metrics.json").read_text())
-    assert "16x16 px images in 4x4 patches, width 32, 2\nblocks, 2 heads" in card
+    assert "16x16 px images in 4x4 patches, width 32,\n2 blocks, 2 heads" in card
     assert "target `mean_colour`" in card and "- Data: `data.source=shapes`" in card
     assert "6 steps of 8 images, adamw" in card
     assert f"| `mpp_accuracy` | {metrics['mpp_accuracy']:.6g} |" in card

@@ -8,8 +8,8 @@ Run it from the repository root. For each training preset (mpp_*, supervised_*, 
 encoder (forward, backward, clipping, the preset's optimizer; fp32, synthetic images) is timed in a process of its own,
 as ``python -m mpp.benchmark`` does: the MPP model for mpp_* presets, the classifier for the others. A preset's pass
 (its micro batch, else its global batch) is timed whole when it holds at most ``--max-tokens`` patches in all (64
-images of 64 patches); a larger one is timed on ``--estimate-batch`` images and its step time scaled up by images (an estimate, marked so), its peak memory is
-that of the smaller pass. The figure each reaches is the preset's own ``# Reaches:`` comment; the reproductions'
+images of 64 patches); a larger one is timed on ``--estimate-batch`` images and its step time scaled up by images
+(an estimate, marked so), its peak memory that of the smaller pass. The figure each reaches is the preset's own ``# Reaches:`` comment; the reproductions'
 figures come from their ``results/<experiment>/results.json``. With ``--out``, the page is written whole.
 """
 
@@ -142,7 +142,8 @@ def reproduction_row(preset: Path) -> str:
                           f"{100 * statistics.stdev(row['finetune_accuracy']):.1f}%"
                           for key, row in rows.items() if key in ("scratch", "mpp-colour-50", "supervised"))
     return (f"| `{preset.name}` | {purpose} | {len(measured['seeds'])} | "
-            f"{measured['wall_seconds'] / 60:.0f} min | fine-tuned test accuracy, mean ± SD over the seeds: {finetuned} "
+            f"{measured['wall_seconds'] / 60:.0f} min | fine-tuned test accuracy, mean ± SD over the seeds: "
+            f"{finetuned} "
             f"([`{results}`](../{results})) |")
 
 
