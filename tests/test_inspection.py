@@ -25,6 +25,7 @@ from mpp.models.encoder import ImageEncoder as FeatureExtractor
 from mpp.models.encoder import InputNormalisation, create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
 from mpp.models.targets import class_colours, colour_targets, quantise_colours
+from mpp.private_apis import add_position_embeddings
 
 
 def test_class_colours_invert_the_quantisation():
@@ -58,7 +59,7 @@ def test_attention_weights_are_timms_own_and_leave_the_encoder_as_it_was(tiny_mo
     assert torch.allclose(weights[0].sum(dim=-1), torch.ones(3, 2, 17))
     # The first block's weights, recomputed from its query and key projections.
     block = encoder.blocks[0]
-    x = block.norm1(encoder.norm_pre(encoder._pos_embed(encoder.patch_embed(images))))
+    x = block.norm1(encoder.norm_pre(add_position_embeddings(encoder, encoder.patch_embed(images))))
     q, k, _ = rearrange(block.attn.qkv(x), "b t (three h e) -> three b h t e", three=3, h=2)
     assert torch.allclose(weights[0], (q @ k.transpose(-1, -2) * block.attn.scale).softmax(dim=-1), atol=1e-6)
     assert encoder.training and [block.attn.fused_attn for block in encoder.blocks] == fused

@@ -79,6 +79,15 @@ def test_fine_tuning_an_mpp_run_at_a_higher_resolution(mpp_run, folders, tmp_pat
     assert trained["encoder.pos_embed"].shape == (1, 1 + 36, 32) and trained["head.weight"].shape == (2, 32)
 
 
+def test_fine_tuning_learns_classes_that_the_brightness_separates(mpp_run, folders, tmp_path):
+    """A recipe that mis-paired images and labels, or never stepped, would stay near chance (50%) here."""
+    run_dir = tmp_path / "learns"
+    launch(f"output_dir={run_dir}", f"init={mpp_run}", *TINY, *folders, "train.steps=40", "train.lr=0.1",
+           "train.warmup_steps=4", "train.checkpoint_every=40", script=FINETUNE)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["test_accuracy"] >= 0.9 and metrics["train_accuracy"] >= 0.9, metrics
+
+
 def test_the_fine_tuning_model_starts_from_every_encoder_tensor_of_the_mpp_run(mpp_run):
     from mpp.config import FinetuneRunConfig
     from mpp.models.classifier import ImageClassifier

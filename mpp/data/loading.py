@@ -21,6 +21,7 @@ from mpp.data.image_source import FileSource
 from mpp.data.sources import open_source
 from mpp.data.subsets import holdout_split, shots_per_class
 from mpp.data.transforms import image_view
+from mpp.private_apis import forget_prepared_loader
 
 logger = logging.getLogger(__name__)
 
@@ -162,5 +163,5 @@ def prepare_loader(accelerator: Accelerator, loader: DataLoader) -> DataLoader:
     # accelerate checkpoints nothing of a map-style loader (a sampler's state only for a sharded stream): a run's
     # position is its step and its order the seed. So it need not keep the loader for save_state, where on XLA it
     # would fail: accelerate 1.15's checkpointing reads a `dataset` its own XLA loader wrapper does not have.
-    accelerator._dataloaders.remove(prepared)
+    forget_prepared_loader(accelerator, prepared)
     return prepared

@@ -19,6 +19,7 @@ from mpp.keyed_random import KeyedDraws
 from mpp.models.corruption import Corruption, corrupt_patch_embeddings, draw_corruption, select_patches
 from mpp.models.encoder import ImageEncoder, InputNormalisation, unit_interval
 from mpp.models.targets import TARGETS, num_colour_classes
+from mpp.private_apis import add_position_embeddings
 
 
 @dataclass
@@ -67,7 +68,7 @@ class MaskedPatchPredictor(ImageEncoder):
         x = encoder.patch_embed(self.normalise(images))  # (b n d): before position embeddings
         x = corrupt_patch_embeddings(x, self.mask_embedding, corruption)
         # The rest of timm's VisionTransformer.forward_features, unchanged.
-        x = encoder._pos_embed(x)
+        x = add_position_embeddings(encoder, x)
         x = encoder.patch_drop(x)
         x = encoder.norm_pre(x)
         x = checkpoint_seq(encoder.blocks, x) if encoder.grad_checkpointing else encoder.blocks(x)

@@ -35,6 +35,7 @@ from safetensors.torch import load_file, save_file
 from timm.utils import ModelEmaV3
 
 from mpp.config import ConfigError, RunError, TrainingRunConfig, config_to_dict, save_config
+from mpp.private_apis import prepared_models_and_optimizers
 from mpp.run.directory import CHECKPOINTS_DIR, CONFIG_FILE, PARTIAL_SUFFIX
 
 STATE_FILE = "trainer_state.json"  # the step and every other file's size and CRC-32; written last
@@ -116,8 +117,9 @@ def checkpoint_bytes(checkpoint: Path) -> int:
 def state_bytes(accelerator: Accelerator, averaged: Optional[ModelEmaV3]) -> int:
     """The tensors ``save_state`` writes (models, optimizers) and the averaged weights: a lower bound of a
     checkpoint's size, for the first one of a run."""
-    tensors = [t for model in accelerator._models for t in model.state_dict().values()]
-    tensors += [t for optimizer in accelerator._optimizers for state in optimizer.state.values()
+    models, optimizers = prepared_models_and_optimizers(accelerator)
+    tensors = [t for model in models for t in model.state_dict().values()]
+    tensors += [t for optimizer in optimizers for state in optimizer.state.values()
                 for t in state.values() if isinstance(t, torch.Tensor)]
     tensors += list(averaged.module.state_dict().values()) if averaged is not None else []
     return sum(t.numel() * t.element_size() for t in tensors)

@@ -14,21 +14,19 @@ from __future__ import annotations
 
 import torch
 from timm.optim import create_optimizer_v2
-from torch.optim.optimizer import _get_capturable_supported_devices
-from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
-
 from mpp.config import TrainConfig
+from mpp.private_apis import capturable_optimizer_devices, fused_optimizer_devices
 
 
 def create_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
     """The optimizer ``cfg`` names for ``model``, whose parameters will live on ``device``."""
-    fused = device.type in _get_fused_kernels_supported_devices()
+    fused = device.type in fused_optimizer_devices()
     if cfg.optimizer == "sgd":  # timm's "momentum": plain (not Nesterov) momentum, as the paper
         return create_optimizer_v2(model, opt="momentum", lr=cfg.lr, weight_decay=cfg.weight_decay,
                                    momentum=cfg.momentum, **({"fused": True} if fused else {"foreach": True}))
     if fused:
         kernels = {"fused": True}
-    elif device.type in _get_capturable_supported_devices():
+    elif device.type in capturable_optimizer_devices():
         kernels = {"foreach": False, "capturable": True}
     else:
         kernels = {"foreach": True}
