@@ -9,12 +9,13 @@ import statistics
 import subprocess
 import sys
 
+import pytest
 import torch
 import torch.nn.functional as F
 import yaml
 
 from mpp.benchmark import shapes_regions
-from mpp.benchmark.training_step import build_model, forward_flops, main, peer_available
+from mpp.benchmark.training_step import build_model, forward_flops, main, measure_interleaved, peer_available
 from mpp.config import MPPRunConfig, build_config
 from mpp.data.shapes import ShapesSource
 from mpp.models.corruption import select_patches
@@ -96,3 +97,10 @@ def test_mpp_accuracy_by_region_counts_each_corrupted_patch_in_the_region_it_lie
     forced = shapes_regions.region_accuracy(model, source, 40, batch_size=40)
     assert forced["outside"]["mpp_accuracy"] == 1.0
     assert forced["inside"]["mpp_accuracy"] < 0.5 and forced["outline"]["mpp_accuracy"] < 0.5
+
+
+def test_a_row_whose_process_dies_before_it_is_ready_ends_the_benchmark_naming_it(tmp_path):
+    """Not a wait forever on a process that is gone (the row's process fails to read its preset here)."""
+    with pytest.raises(RuntimeError, match="the 'mpp' row's process ended before it was ready"):
+        measure_interleaved(["mpp"], (str(tmp_path / "missing.yaml"), 2, "fp32", 0, False), batch=2, steps=1,
+                            repeats=1)

@@ -211,8 +211,12 @@ def measure_interleaved(rows: list[str], args: tuple, batch: int, steps: int, re
         connections[row], child = context.Pipe()
         processes.append(context.Process(target=_serve_row, args=(child, (row, *args))))
         processes[-1].start()
-    for connection in connections.values():  # all built and warmed up before the first timing
-        connection.recv()
+        child.close()  # the row's end is its own: if the row dies, reading from it ends instead of waiting forever
+    for row, connection in connections.items():  # all built and warmed up before the first timing
+        try:
+            connection.recv()
+        except EOFError:
+            raise RuntimeError(f"the {row!r} row's process ended before it was ready (its traceback is above)") from None
     timings: dict[str, list[float]] = {row: [] for row in rows}
     for _ in range(repeats):
         for row, connection in connections.items():
