@@ -14,6 +14,8 @@ from mpp.config import ModelConfig
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "cpu_only(reason): runs on the CPU by design; skipped with MPP_TEST_DEVICE=cuda")
+    config.addinivalue_line("markers", "slow: launches a recipe or trains for more than a few seconds; the fast lane, "
+                                       "pytest -m 'not slow', leaves it out")
     if TEST_DEVICE not in ("cpu", "cuda"):
         raise pytest.UsageError(f"MPP_TEST_DEVICE={TEST_DEVICE}: use cpu (the default) or cuda")
     if TEST_DEVICE == "cuda" and not torch.cuda.is_available():

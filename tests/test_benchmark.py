@@ -36,6 +36,7 @@ def test_the_flop_count_is_every_matmul_attention_included():
     assert forward_flops(model, images, labels) == 2 * batch * (linear + attention)  # 2 FLOPs per multiply-add
 
 
+@pytest.mark.slow
 def test_the_benchmark_measures_each_row_and_writes_the_table(tmp_path, capsys):
     preset = tmp_path / "tiny.yaml"
     preset.write_text(yaml.safe_dump({"model": TINY_MODEL}))
@@ -54,6 +55,7 @@ def test_the_benchmark_measures_each_row_and_writes_the_table(tmp_path, capsys):
     assert "| mpp |" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_loader_benchmark_measures_every_path_on_imagenet_like_files(tmp_path):
     from mpp.benchmark import loading
 
@@ -68,6 +70,7 @@ def test_the_loader_benchmark_measures_every_path_on_imagenet_like_files(tmp_pat
     assert len(results["stage_milliseconds"]) == 7 and all(ms > 0 for ms in results["stage_milliseconds"].values())
 
 
+@pytest.mark.slow
 def test_mpp_accuracy_by_region_counts_each_corrupted_patch_in_the_region_it_lies_in(tmp_path, capsys):
     """The command on a tiny shapes run; then the model's prediction replaced by the target wherever a corrupted patch
     holds no shape pixel: accuracy is then 1 outside the shapes and stays low inside them and on outlines."""
@@ -99,6 +102,7 @@ def test_mpp_accuracy_by_region_counts_each_corrupted_patch_in_the_region_it_lie
     assert forced["inside"]["mpp_accuracy"] < 0.5 and forced["outline"]["mpp_accuracy"] < 0.5
 
 
+@pytest.mark.slow
 def test_a_row_whose_process_dies_before_it_is_ready_ends_the_benchmark_naming_it(tmp_path):
     """Not a wait forever on a process that is gone (the row's process fails to read its preset here)."""
     with pytest.raises(RuntimeError, match="the 'mpp' row's process ended before it was ready"):

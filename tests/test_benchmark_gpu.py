@@ -14,6 +14,7 @@ from launching import ROOT
 from mpp.benchmark.gpu import RESULTS_JSON, RESULTS_MARKDOWN, STAGES, junit_outcomes
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
 def test_without_cuda_it_refuses_in_one_line(tmp_path):
     result = subprocess.run([sys.executable, "-m", "mpp.benchmark.gpu", "--out", str(tmp_path / "out")], cwd=ROOT,
@@ -23,6 +24,7 @@ def test_without_cuda_it_refuses_in_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_the_dry_run_goes_through_every_stage_and_writes_json_and_markdown(tmp_path):
     out = tmp_path / "out"
     result = subprocess.run([sys.executable, "-m", "mpp.benchmark.gpu", "--dry-run", "--out", str(out)], cwd=ROOT,

@@ -123,6 +123,7 @@ def test_streaming_reads_every_example_once_per_epoch_and_splits_between_process
         build_dataset(cfg_for(hf_dirs["saved"], tmp_path, streaming=True, shots_per_class=1), "train", 8, 3, True)
 
 
+@pytest.mark.slow
 def test_the_recipe_trains_on_a_stream_and_resumes_it(tmp_path):
     # Saved to disk: a streamed parquet folder would cost 5 s per pass (datasets waits for arrow's threads).
     labelled(20, image_column="image").save_to_disk(str(tmp_path / "saved"))
@@ -136,6 +137,7 @@ def test_the_recipe_trains_on_a_stream_and_resumes_it(tmp_path):
     assert "resumed from" in (run / "log.txt").read_text()
 
 
+@pytest.mark.slow
 def test_an_unreachable_hub_says_how_to_bring_the_data(tmp_path):
     script = ("from mpp.config import DataConfig; from mpp.data.sources import open_source; "
               "open_source(DataConfig(source='hf:someone/not-here'), 'train', 16)")

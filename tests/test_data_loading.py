@@ -53,6 +53,7 @@ def test_more_broken_files_than_allowed_stop_with_a_clear_message(tmp_path):
         list(loader)
 
 
+@pytest.mark.slow
 def test_a_folder_too_small_for_a_batch_says_first_what_is_wrong_with_its_files(tmp_path):
     # Every file broken: no batch size would help, so the error says so and names some.
     cfg = DataConfig(source=f"folder:{folder_with_broken_files(tmp_path / 'bad', good=0, broken=20)}")
@@ -68,6 +69,7 @@ def test_a_folder_too_small_for_a_batch_says_first_what_is_wrong_with_its_files(
         build_loader(build_dataset(cfg, "train", 4, channels=3, augment=True), batch_size=64, cfg=cfg, train=True)
 
 
+@pytest.mark.slow
 def test_two_processes_read_distinct_shards_of_every_epoch(tmp_path, fashion_mnist_dir):
     folder = fashion_mnist_dir(np.zeros((40, 8, 8)), np.zeros((4, 8, 8)))  # label = index
     out = tmp_path / "out"
@@ -81,6 +83,7 @@ def test_two_processes_read_distinct_shards_of_every_epoch(tmp_path, fashion_mni
     assert records[0]["seen"] != json.loads((out / "process_0_epoch_0.json").read_text())["seen"]  # reshuffled
 
 
+@pytest.mark.slow
 def test_the_recipe_reports_skipped_files_at_the_end_and_stops_when_too_many_fail(tmp_path):
     folder = folder_with_broken_files(tmp_path / "images", good=15, broken=1)
     tiny = [f"data.source=folder:{folder}", "data.crop_scale=[0.5,1.0]", *TINY, *NO_MPP_MONITORS]

@@ -24,6 +24,7 @@ def photo_folder(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_a_folder_prepared_once_reads_back_resized_with_its_labels_and_class_names(tmp_path):
     source = f"folder:{photo_folder(tmp_path / 'photos')}"
     settings = Settings(source, (), short_side=48, quality=90, shard_size=4)
@@ -48,6 +49,7 @@ def test_a_folder_prepared_once_reads_back_resized_with_its_labels_and_class_nam
     assert np.abs(difference).mean() < 4  # of 255: JPEG re-encoding and resampling differences only
 
 
+@pytest.mark.slow
 def test_an_interrupted_preparation_continues_and_a_finished_one_is_never_overwritten(tmp_path):
     settings = Settings(f"folder:{photo_folder(tmp_path / 'photos')}", (), short_side=32, quality=90, shard_size=4)
     out = tmp_path / "prepared"
@@ -74,6 +76,7 @@ def test_an_interrupted_preparation_continues_and_a_finished_one_is_never_overwr
         prepare(settings, tmp_path / "notes", ["train"], workers=1)
 
 
+@pytest.mark.slow
 def test_a_folder_linked_into_itself_is_prepared_once_per_file(tmp_path):
     photos = photo_folder(tmp_path / "photos")
     (photos / "cat" / "up").symlink_to("..")  # without care, the scan goes round cat -> photos -> cat ... 40 times

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from mpp.config import DataConfig, ModelConfig, MPPConfig, config_to_dict
 from mpp.data.loading import build_dataset, sample_images
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor, most_frequent_class_accuracy
 from tests.launching import launch
+
+pytestmark = pytest.mark.slow  # every test here launches a recipe or trains (pytest -m "not slow" leaves them out)
 
 MODEL = ModelConfig(name="vit_tiny_patch16_224", img_size=28, patch_size=4, embed_dim=48, depth=2, num_heads=3,
                     in_chans=1)

@@ -14,6 +14,8 @@ from mpp.models.classifier import ImageClassifier
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
 
+pytestmark = pytest.mark.slow  # compiles the training step (pytest -m "not slow" leaves it out)
+
 MODELS = {
     "mpp-mean_colour": lambda encoder: MaskedPatchPredictor(encoder, MPPConfig(), (0.5,) * 3, (0.5,) * 3),
     "mpp-downsampled": lambda encoder: MaskedPatchPredictor(encoder, MPPConfig(target="downsampled",

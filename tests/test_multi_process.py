@@ -17,8 +17,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from mpp.training.checkpoint import checkpoint_damage, list_checkpoints
 from tests.launching import RECIPE, ROOT, TINY, free_port, launch, start, training_process, wait_for_log
 
-pytestmark = pytest.mark.cpu_only("two gloo processes share this machine's CPU, and accelerate refuses FSDP only where "
-                                  "there is no GPU; on a GPU, python -m mpp.benchmark.gpu runs FSDP itself")
+pytestmark = [pytest.mark.slow, pytest.mark.cpu_only("two gloo processes share this machine's CPU, and accelerate "
+                                                     "refuses FSDP only where there is no GPU; on a GPU, python -m "
+                                                     "mpp.benchmark.gpu runs FSDP itself")]
 
 STEPS = ["train.steps=20", "train.global_batch_size=16", "train.log_every=5", "train.lr=2e-3"]
 INVARIANCE = 1e-5  # relative: the same images and draws, summed in another order (measured: at most 2e-7 apart)

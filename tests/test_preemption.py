@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import psutil
+import pytest
 from safetensors.torch import load_file
 
 from mpp.training.preemption import StopSignals
@@ -27,6 +28,7 @@ def test_a_signal_only_sets_the_flag_and_the_next_one_acts_as_before():
     assert signal.getsignal(signal.SIGINT) is default
 
 
+@pytest.mark.slow
 def test_a_killed_run_saves_exits_and_resumes_to_the_uninterrupted_result(tmp_path):
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     launch(f"output_dir={straight}", *TINY, *STEPS)
@@ -50,6 +52,7 @@ def test_a_killed_run_saves_exits_and_resumes_to_the_uninterrupted_result(tmp_pa
     assert all((resumed[name] == uninterrupted[name]).all() for name in uninterrupted)
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_and_exits_with_130(tmp_path):
     process = subprocess.Popen([sys.executable, str(RECIPE), f"output_dir={tmp_path}", *TINY, *STEPS],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -62,6 +65,7 @@ def test_ctrl_c_saves_and_exits_with_130(tmp_path):
 
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_launcher_alone_stops_the_training_process_with_a_checkpoint(tmp_path):
     """What ``docker stop`` or ``kill <pid of accelerate launch>`` does: the launcher dies without passing the signal
     on. Its training process must not train on orphaned, holding the run lock, until something SIGKILLs it."""

@@ -17,6 +17,8 @@ from mpp.data.loading import build_dataset
 from mpp.models.encoder import unit_interval
 from tests.launching import ROOT, TINY, launch
 
+pytestmark = pytest.mark.slow  # every test here launches a recipe or trains (pytest -m "not slow" leaves them out)
+
 EVAL = ROOT / "eval"
 ENCODER = TINY[:5]  # the model settings of TINY: 16 px, 4 px patches, width 32, 2 blocks
 DATA = ["data.shots_per_class=40", "eval.batch_size=512"]  # 400 shapes training images (10 classes); all 10,000 test

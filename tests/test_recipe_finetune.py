@@ -15,6 +15,8 @@ from safetensors.torch import load_file
 
 from tests.launching import ROOT, TINY, launch
 
+pytestmark = pytest.mark.slow  # every test here launches a recipe or trains (pytest -m "not slow" leaves them out)
+
 SUPERVISED = ROOT / "recipes" / "supervised.py"
 FINETUNE = ROOT / "recipes" / "finetune.py"
 

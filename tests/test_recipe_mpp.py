@@ -19,6 +19,8 @@ from mpp.config import ModelConfig
 from mpp.models.encoder import create_encoder
 from tests.launching import RECIPE, TINY, launch
 
+pytestmark = pytest.mark.slow  # every test here launches a recipe or trains (pytest -m "not slow" leaves them out)
+
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:

@@ -95,6 +95,7 @@ def test_the_plan_runs_every_row_for_every_seed_each_after_its_own_pre_training(
     assert "eval.features=pixels" in by_name["few_shot/pixels-seed7"].command
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", sorted(CONFIGS.glob("reproduce_*.yaml")), ids=lambda path: path.stem)
 def test_every_shipped_experiment_plans_runs_its_recipes_accept(preset, monkeypatch):
     monkeypatch.chdir(ROOT)  # the presets name the stage presets from the repository root, as the README runs them
@@ -170,6 +171,7 @@ def test_the_table_gives_mean_and_deviation_and_judges_each_claim_by_paired_diff
     assert "+1.0 ± 12.7, agrees (within seed noise)" in lines["50% corruption beats 15%"]
 
 
+@pytest.mark.slow
 def test_the_whole_experiment_runs_writes_its_table_and_plots_and_a_rerun_redoes_nothing(tmp_path):
     preset = tmp_path / "reproduce.yaml"
     output_dir, publish, page = tmp_path / "experiment", tmp_path / "published", tmp_path / "results.md"

@@ -106,6 +106,7 @@ def test_overwriting_a_run_keeps_the_lock_it_takes(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_a_second_run_on_a_running_one_is_refused_and_a_killed_holder_is_taken_over(tmp_path):
     run_dir = tmp_path / "run"
     args = (*TINY, *NO_MPP_MONITORS, "train.checkpoint_every=2", f"output_dir={run_dir}")
