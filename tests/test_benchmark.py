@@ -8,6 +8,7 @@ import json
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -108,3 +109,22 @@ def test_a_row_whose_process_dies_before_it_is_ready_ends_the_benchmark_naming_i
     with pytest.raises(RuntimeError, match="the 'mpp' row's process ended before it was ready"):
         measure_interleaved(["mpp"], (str(tmp_path / "missing.yaml"), 2, "fp32", 0, False), batch=2, steps=1,
                             repeats=1)
+
+
+@pytest.mark.slow
+def test_the_presets_table_times_a_preset_and_lists_every_one(tmp_path):
+    from mpp.benchmark import presets
+
+    page = tmp_path / "presets.md"
+    presets.main(["--only", "mpp_tiny_cpu", "--out", str(page), "--repeats", "1"])
+    text = page.read_text()
+    shipped = sorted(path.name for path in Path("recipes/configs").glob("*.yaml"))
+    assert all(f"| `{name}` |" in text for name in shipped)  # every preset has its row
+    (row,) = [line for line in text.splitlines() if line.startswith("| `mpp_tiny_cpu.yaml` |")]
+    cells = [cell.strip() for cell in row.split("|")[1:-1]]
+    assert cells[1:7] == ["MPP pre-training", "vit_tiny_patch16_224: width 64, 4 blocks, 2 heads", "0.21M",
+                          "32 px, 4x4 patches", "2,000 x 64", "`shapes`"]
+    assert cells[7].endswith(" ms") and cells[8].endswith(" GiB")  # timed whole: 64 images of 64 patches
+    assert cells[9].startswith("MPP accuracy 33.6% at step 2,000")  # the preset's own '# Reaches:' line
+    paper = [line for line in text.splitlines() if line.startswith("| `mpp_vit_b16_paper.yaml` |")][0]
+    assert "yours (`data.source`, required)" in paper and "| - | - |" in paper  # not timed with --only

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import tempfile
@@ -115,15 +116,15 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds:.2f} s" if seconds >= 1 else f"{seconds * 1000:.0f} ms"
 
 
-def preset_row(preset: Path, max_tokens: int, estimate_batch: int, repeats: int) -> PresetRow:
+def preset_row(preset: Path, max_tokens: int, estimate_batch: int, repeats: int, timed: bool = True) -> PresetRow:
     recipe = preset.stem.split("_")[0]
     text = preset.read_text()
     run = build_config(RECIPES[recipe], preset, [STAND_IN_DATA] if 'source: ""' in text else [])
     encoder, parameters, image = encoder_description(run)
-    if recipe == "eval":
-        steps, step_time, peak = "-", "-", "-"
-    else:
+    steps, step_time, peak = "-", "-", "-"
+    if recipe != "eval":
         steps = f"{run.train.steps:,} x {run.train.global_batch_size:,}"
+    if recipe != "eval" and timed:
         step_time, peak = time_step(preset, recipe, run, max_tokens, estimate_batch, repeats)
         print(f"{preset.name}: {step_time} per step, peak {peak}", flush=True)
     return PresetRow(preset.name, PURPOSE[recipe], encoder, parameters, image, steps, data_description(text, run),
@@ -148,13 +149,13 @@ def reproduction_row(preset: Path) -> str:
 
 
 def page(rows: list[PresetRow], reproductions: list[str], command: str) -> str:
-    machine = f"{torch.get_num_threads()} threads of this CPU"
+    machine = f"a {os.cpu_count()}-core CPU ({torch.get_num_threads()} threads)"
     table = "\n".join(f"| `{row.name}` | {row.purpose} | {row.encoder} | {row.parameters} | {row.image} | {row.steps} "
                       f"| {row.data} | {row.step_time} | {row.peak_memory} | {row.reaches} |" for row in rows)
     return f"""# Presets
 
-Every preset in `recipes/configs/`, for `--config`. The page is written by `{command}` (from the repository root), on
-{machine}, on {time.strftime('%Y-%m-%d')}: each training preset's step is timed on synthetic images in fp32, whatever
+Every preset in `recipes/configs/`, for `--config`. This page is written by `{command}`
+(from the repository root), here on {machine}, on {time.strftime('%Y-%m-%d')}: each training preset's step is timed on synthetic images in fp32, whatever
 precision the preset asks of a GPU (see [GPU status](performance.md#gpu-status): nothing here is measured on a GPU).
 A step whose pass holds more images than the command times is scaled up from the images it timed: an estimate, and
 marked so. Peak memory is the timing process's peak resident set (about 0.5 GiB of it the libraries). "Reaches" is
@@ -188,12 +189,13 @@ def main(argv: list[str] | None = None) -> str:
                         help="a pass of up to this many patches (images x patches) is timed whole (default 4096)")
     parser.add_argument("--estimate-batch", type=int, default=8, help="images timed of a larger pass (default 8)")
     parser.add_argument("--repeats", type=int, default=2, help="timed steps per preset, after one untimed")
-    parser.add_argument("--only", nargs="*", default=(), help="time only these presets (stems), e.g. mpp_tiny_cpu")
+    parser.add_argument("--only", nargs="*", default=(),
+                        help="time only these presets (stems), e.g. mpp_tiny_cpu; the others are listed untimed")
     args = parser.parse_args(argv)
     presets = sorted(args.configs.glob("*.yaml"))
-    training = [preset for preset in presets if not preset.stem.startswith("reproduce_")
-                and (not args.only or preset.stem in args.only)]
-    rows = [preset_row(preset, args.max_tokens, args.estimate_batch, args.repeats) for preset in training]
+    rows = [preset_row(preset, args.max_tokens, args.estimate_batch, args.repeats,
+                       timed=not args.only or preset.stem in args.only)
+            for preset in presets if not preset.stem.startswith("reproduce_")]
     reproductions = [reproduction_row(preset) for preset in presets if preset.stem.startswith("reproduce_")]
     command = "python -m mpp.benchmark.presets --out docs/presets.md"
     text = page(rows, reproductions, command)
