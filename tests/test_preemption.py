@@ -79,6 +79,30 @@ def test_sigterm_to_the_launcher_alone_stops_the_training_process_with_a_checkpo
     finally:
         if trainer.is_running():  # the failure this test is for: an orphan the test must not leave behind
             trainer.kill()
-    step = int(re.search(r"stopped by SIGTERM after step (\d+); checkpoint (\S+) saved", stderr).group(1))
+    found = re.search(r"stopped by SIGHUP \(its launcher ended\) after step (\d+); checkpoint (\S+) saved", stderr)
+    step = int(found.group(1))
     assert 3 <= step < 100000 and (tmp_path / "checkpoints" / f"step_{step:08d}").is_dir()
     assert not (tmp_path / "run.lock").exists()  # released: the run can go on at once
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_launchers_process_group_still_saves_a_checkpoint(tmp_path):
+    """``kill -TERM -<pgid>``, or a scheduler's signal to the job: the training process gets SIGTERM and, as its
+    launcher dies of it, the launcher-gone signal too; that one must not act as a second SIGTERM (stop at once)."""
+    launcher = start(f"output_dir={tmp_path}", *TINY, *STEPS, "train.steps=100000")
+    wait_for_log(tmp_path / "log.txt", r"step 3/100000", launcher)
+    os.killpg(launcher.pid, signal.SIGTERM)  # start() gives the job a process group of its own
+    _, stderr = launcher.communicate(timeout=120)
+    step = int(re.search(r"stopped by SIG(?:TERM|HUP)\b.* after step (\d+); checkpoint (\S+) saved", stderr).group(1))
+    assert (tmp_path / "checkpoints" / f"step_{step:08d}").is_dir() and not (tmp_path / "run.lock").exists()
+
+
+def test_the_launchers_end_asks_for_a_stop_and_never_stops_the_process_at_once():
+    default = signal.getsignal(signal.SIGTERM)
+    with StopSignals() as stop:
+        os.kill(os.getpid(), signal.SIGHUP)
+        assert stop.received == signal.SIGHUP
+        os.kill(os.getpid(), signal.SIGTERM)  # a SIGTERM after it is the first stop signal, not a second one
+        assert stop.received == signal.SIGTERM and signal.getsignal(signal.SIGTERM) is default
+        os.kill(os.getpid(), signal.SIGHUP)  # and a SIGHUP after a SIGTERM changes nothing
+        assert stop.received == signal.SIGTERM

@@ -19,14 +19,17 @@ from typing import Any, Optional
 import torch
 from accelerate import Accelerator
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # a second one acts as it would have: it stops at once
+# What the kernel sends a training process when its launcher dies (stop_with_launcher). Not a stop signal of its own:
+# it often follows a SIGTERM sent to the launcher's whole process group, and must not count as the second one.
+LAUNCHER_GONE = signal.SIGHUP
 # Set by the launchers in the environment of the processes they start: accelerate launch (one process or many), torchrun
 LAUNCHER_VARIABLES = ("ACCELERATE_DYNAMO_BACKEND", "TORCHELASTIC_RUN_ID")
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def stop_with_launcher() -> bool:
-    """A process that a launcher started gets SIGTERM from the kernel when the launcher dies, and so saves a
+    """A process that a launcher started gets SIGHUP from the kernel when the launcher dies, and so saves a
     checkpoint and stops (StopSignals) instead of training on, orphaned and holding the run's lock.
 
     SIGTERM sent to ``accelerate launch`` alone (``docker stop``, a pod's termination, ``kill <pid>``) ends the
@@ -36,10 +39,10 @@ def stop_with_launcher() -> bool:
     if not sys.platform.startswith("linux") or not any(name in os.environ for name in LAUNCHER_VARIABLES):
         return False
     parent = os.getppid()
-    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, LAUNCHER_GONE, 0, 0, 0) != 0:
         return False
     if os.getppid() != parent:  # the launcher died before the request: the kernel will not signal it now
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), LAUNCHER_GONE)
     return True
 
 
@@ -48,12 +51,14 @@ class Preempted(Exception):
 
     def __init__(self, signum: int, step: int, checkpoint: Any):
         self.signum, self.step, self.checkpoint = signum, step, checkpoint
-        super().__init__(f"stopped by {signal.Signals(signum).name} after step {step}; checkpoint {checkpoint} "
-                         "saved: continue with --resume (or resume=auto) and the same output_dir")
+        cause = " (its launcher ended)" if signum == LAUNCHER_GONE else ""
+        super().__init__(f"stopped by {signal.Signals(signum).name}{cause} after step {step}; checkpoint "
+                         f"{checkpoint} saved: continue with --resume (or resume=auto) and the same output_dir")
 
 
 class StopSignals:
-    """While active (``with StopSignals() as stop``), SIGTERM and SIGINT only set ``stop.received``."""
+    """While active (``with StopSignals() as stop``), SIGTERM and SIGINT only set ``stop.received``, and so does the
+    launcher's end (SIGHUP, unless the process ignores it, as under nohup), which never stops the process at once."""
 
     def __init__(self) -> None:
         self.received: Optional[int] = None
@@ -62,6 +67,8 @@ class StopSignals:
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():  # Python runs handlers in the main thread only
             self.previous = {signum: signal.signal(signum, self.handle) for signum in STOP_SIGNALS}
+            if signal.getsignal(LAUNCHER_GONE) is not signal.SIG_IGN:
+                self.previous[LAUNCHER_GONE] = signal.signal(LAUNCHER_GONE, self.launcher_gone)
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -70,8 +77,11 @@ class StopSignals:
 
     def handle(self, signum: int, frame: Optional[FrameType]) -> None:
         self.received = signum
-        for other, handler in self.previous.items():  # the next signal: what it would have done without us
-            signal.signal(other, handler)
+        for other in STOP_SIGNALS:  # the next signal: what it would have done without us
+            signal.signal(other, self.previous[other])
+
+    def launcher_gone(self, signum: int, frame: Optional[FrameType]) -> None:
+        self.received = self.received or signum
 
     def agreed(self, accelerator: Accelerator, step: int, every: int) -> Optional[int]:
         """The signal every process stops on after ``step``, or None to go on."""
