@@ -79,7 +79,7 @@ def test_sigterm_to_the_launcher_alone_stops_the_training_process_with_a_checkpo
     finally:
         if trainer.is_running():  # the failure this test is for: an orphan the test must not leave behind
             trainer.kill()
-    found = re.search(r"stopped by SIGHUP \(its launcher ended\) after step (\d+); checkpoint (\S+) saved", stderr)
+    found = re.search(r"stopped by SIGUSR2 \(its launcher ended\) after step (\d+); checkpoint (\S+) saved", stderr)
     step = int(found.group(1))
     assert 3 <= step < 100000 and (tmp_path / "checkpoints" / f"step_{step:08d}").is_dir()
     assert not (tmp_path / "run.lock").exists()  # released: the run can go on at once
@@ -93,16 +93,16 @@ def test_sigterm_to_the_launchers_process_group_still_saves_a_checkpoint(tmp_pat
     wait_for_log(tmp_path / "log.txt", r"step 3/100000", launcher)
     os.killpg(launcher.pid, signal.SIGTERM)  # start() gives the job a process group of its own
     _, stderr = launcher.communicate(timeout=120)
-    step = int(re.search(r"stopped by SIG(?:TERM|HUP)\b.* after step (\d+); checkpoint (\S+) saved", stderr).group(1))
+    step = int(re.search(r"stopped by SIG(?:TERM|USR2)\b.* after step (\d+); checkpoint (\S+) saved", stderr).group(1))
     assert (tmp_path / "checkpoints" / f"step_{step:08d}").is_dir() and not (tmp_path / "run.lock").exists()
 
 
 def test_the_launchers_end_asks_for_a_stop_and_never_stops_the_process_at_once():
     default = signal.getsignal(signal.SIGTERM)
     with StopSignals() as stop:
-        os.kill(os.getpid(), signal.SIGHUP)
-        assert stop.received == signal.SIGHUP
+        os.kill(os.getpid(), signal.SIGUSR2)
+        assert stop.received == signal.SIGUSR2
         os.kill(os.getpid(), signal.SIGTERM)  # a SIGTERM after it is the first stop signal, not a second one
         assert stop.received == signal.SIGTERM and signal.getsignal(signal.SIGTERM) is default
-        os.kill(os.getpid(), signal.SIGHUP)  # and a SIGHUP after a SIGTERM changes nothing
+        os.kill(os.getpid(), signal.SIGUSR2)  # and the launcher's end after a SIGTERM changes nothing
         assert stop.received == signal.SIGTERM

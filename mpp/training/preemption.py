@@ -21,15 +21,16 @@ from accelerate import Accelerator
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # a second one acts as it would have: it stops at once
 # What the kernel sends a training process when its launcher dies (stop_with_launcher). Not a stop signal of its own:
-# it often follows a SIGTERM sent to the launcher's whole process group, and must not count as the second one.
-LAUNCHER_GONE = signal.SIGHUP
+# it often follows a SIGTERM sent to the launcher's whole process group, and must not count as the second one. Not
+# SIGHUP, which nohup ignores (and the signal with it).
+LAUNCHER_GONE = signal.SIGUSR2
 # Set by the launchers in the environment of the processes they start: accelerate launch (one process or many), torchrun
 LAUNCHER_VARIABLES = ("ACCELERATE_DYNAMO_BACKEND", "TORCHELASTIC_RUN_ID")
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def stop_with_launcher() -> bool:
-    """A process that a launcher started gets SIGHUP from the kernel when the launcher dies, and so saves a
+    """A process that a launcher started gets SIGUSR2 from the kernel when the launcher dies, and so saves a
     checkpoint and stops (StopSignals) instead of training on, orphaned and holding the run's lock.
 
     SIGTERM sent to ``accelerate launch`` alone (``docker stop``, a pod's termination, ``kill <pid>``) ends the
@@ -58,7 +59,7 @@ class Preempted(Exception):
 
 class StopSignals:
     """While active (``with StopSignals() as stop``), SIGTERM and SIGINT only set ``stop.received``, and so does the
-    launcher's end (SIGHUP, unless the process ignores it, as under nohup), which never stops the process at once."""
+    launcher's end (SIGUSR2), which never stops the process at once."""
 
     def __init__(self) -> None:
         self.received: Optional[int] = None
@@ -67,8 +68,7 @@ class StopSignals:
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():  # Python runs handlers in the main thread only
             self.previous = {signum: signal.signal(signum, self.handle) for signum in STOP_SIGNALS}
-            if signal.getsignal(LAUNCHER_GONE) is not signal.SIG_IGN:
-                self.previous[LAUNCHER_GONE] = signal.signal(LAUNCHER_GONE, self.launcher_gone)
+            self.previous[LAUNCHER_GONE] = signal.signal(LAUNCHER_GONE, self.launcher_gone)
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
