@@ -9,7 +9,8 @@ encoder (forward, backward, clipping, the preset's optimizer; fp32, synthetic im
 as ``python -m mpp.benchmark`` does: the MPP model for mpp_* presets, the classifier for the others. A preset's pass
 (its micro batch, else its global batch) is timed whole when it holds at most ``--max-tokens`` patches in all (64
 images of 64 patches); a larger one is timed on ``--estimate-batch`` images and its step time scaled up by images
-(an estimate, marked so), its peak memory that of the smaller pass. The figure each reaches is the preset's own ``# Reaches:`` comment; the reproductions'
+(an estimate, marked so), its peak memory that of the smaller pass. The figure each reaches is the preset's own
+``# Reaches:`` comment; the reproductions'
 figures come from their ``results/<experiment>/results.json``. With ``--out``, the page is written whole.
 """
 

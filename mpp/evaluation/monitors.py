@@ -78,7 +78,8 @@ def fitted_to_classes(cfg: MonitorConfig, dataset: ImageDataset) -> MonitorConfi
     if fewest >= sum(asked):
         return cfg
     said = (f"monitor.few_shot_*: the smallest class of the training split, "
-            f"{class_label(smallest, dataset.class_names)}, has {fewest} images, fewer than the {sum(asked)} per class its slices ask ({asked[0]} shots, "
+            f"{class_label(smallest, dataset.class_names)}, has {fewest} images, fewer than the {sum(asked)} per "
+            f"class its slices ask ({asked[0]} shots, "
             f"{asked[1]} to choose the penalty on, {asked[2]} to score on)")
     shots = min(asked[0], fewest - 2)
     if shots < 1:
