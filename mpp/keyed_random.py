@@ -1,9 +1,9 @@
 """Random numbers that are a function of a key per image, not of a generator's state.
 
-A run draws each image's augmentation (from its seed, epoch and index in the dataset) and its corruption (from the
-seed and the image's place in the run's sequence of global batches) from keys, so a draw does not depend on which
-process holds the image, how the global batch is split into passes, or what was drawn before it: the run is the same
-on any number of processes, and a resumed one draws what an uninterrupted one would.
+A run draws each image's augmentation and its corruption from the image's key, a hash of (seed, epoch, index in the
+dataset) that travels with the batch, so a draw does not depend on which process holds the image, how the global
+batch is split into passes, or what was drawn before it: the run is the same on any number of processes, and a
+resumed one draws what an uninterrupted one would.
 
 A counter-based hash in int64 tensor operations (every value kept below 2**32, every product's magnitude below
 2**63, so nothing overflows on any backend): vectorised over the batch, with static shapes, on the CPU, CUDA and XLA

@@ -70,7 +70,7 @@ def test_sgd_is_plain_momentum_and_skips_a_non_finite_step_on_the_device():
 class FixedLogits(torch.nn.Module):
     """Predicts class (image value) for each image: the image tensor holds the predicted class."""
 
-    def forward(self, images, labels):
+    def forward(self, images, labels, keys):
         return type("Output", (), {"logits": torch.nn.functional.one_hot(images.long(), 3).float()})
 
 
@@ -78,7 +78,8 @@ def test_top1_accuracy_counts_every_image_once():
     accelerator = Accelerator(cpu=USE_CPU)
     predicted = torch.tensor([0, 1, 2, 2, 1, 0, 0])
     labels = torch.tensor([0, 1, 1, 2, 0, 0, 2])  # 4 of 7 right
-    loader = accelerator.prepare(DataLoader(list(zip(predicted, labels)), batch_size=3))  # last batch uneven
+    keys = torch.arange(7)
+    loader = accelerator.prepare(DataLoader(list(zip(predicted, labels, keys)), batch_size=3))  # last batch uneven
     assert top1_accuracy(accelerator, FixedLogits(), loader) == pytest.approx(4 / 7)
 
 

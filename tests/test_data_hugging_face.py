@@ -61,7 +61,7 @@ def test_saved_dataset_dict_finds_image_and_label_columns_by_type(hf_dirs, tmp_p
     assert len(train) == 12 and len(test) == 6 and train.class_names == ("a", "b", "c")
     assert train.labels.tolist() == [i % 3 for i in range(12)]
     assert open_image(train.encoded(1)).size == (10, 13)
-    images, labels = build_dataset(cfg, "train", 8, channels=3, augment=True).__getitems__([0, 4])
+    images, labels, _ = build_dataset(cfg, "train", 8, channels=3, augment=True).__getitems__([0, 4])
     assert images.shape == (2, 3, 8, 8) and labels.tolist() == [0, 1]
 
 
@@ -104,7 +104,7 @@ def test_undecodable_rows_are_skipped_and_counted(tmp_path):
     features = datasets.Features({"image": datasets.Image(), "label": datasets.Value("int64")})
     datasets.Dataset.from_dict({"image": rows, "label": list(range(20))}, features).save_to_disk(str(tmp_path / "d"))
     dataset = build_dataset(cfg_for(tmp_path / "d", tmp_path, max_bad_fraction=0.1), "train", 8, 3, augment=False)
-    images, labels = dataset.__getitems__([19, 3])
+    images, labels, _ = dataset.__getitems__([19, 3])
     assert labels.tolist() == [0, 3]  # the broken last row is replaced by the next one, wrapping round
     assert dataset.skipped_count() == 1 and dataset.undecodable_files() == ["broken.png"]
     assert open_source(cfg_for(tmp_path / "d", tmp_path), "train", 8).class_names == tuple(map(str, range(20)))
@@ -114,7 +114,7 @@ def test_streaming_reads_every_example_once_per_epoch_and_splits_between_process
     cfg = cfg_for(hf_dirs["saved"], tmp_path, streaming=True, shuffle_buffer=4)
     stream = build_dataset(cfg, "train", 8, channels=1, augment=True, seed=1)
     batches = list(build_loader(stream, batch_size=4, cfg=cfg, train=True))
-    labels = torch.cat([labels for _, labels in batches])
+    labels = torch.cat([labels for _, labels, _ in batches])
     assert batches[0][0].shape == (4, 1, 8, 8) and sorted(labels.tolist()) == sorted(i % 3 for i in range(12))
     halves = [build_dataset(cfg, "train", 8, 1, augment=False, process_index=rank, num_processes=2) for rank in (0, 1)]
     counts = [sum(1 for _ in half) for half in halves]

@@ -39,7 +39,7 @@ def test_undecodable_files_are_skipped_and_counted_across_workers(tmp_path):
                      max_bad_fraction=0.2)
     dataset = build_dataset(cfg, "train", 4, channels=3, augment=True)
     batches = list(build_loader(dataset, batch_size=5, cfg=cfg, train=True))
-    assert len(batches) == 4 and all(images.shape == (5, 3, 4, 4) for images, _ in batches)
+    assert len(batches) == 4 and all(images.shape == (5, 3, 4, 4) for images, _, _ in batches)
     assert dataset.skipped_count() == 2  # recorded by the worker processes, read here
     assert sorted(Path(name).name for name in dataset.undecodable_files()) == ["018.jpg", "019.jpg"]
 

@@ -98,7 +98,7 @@ def test_folder_reads_classes_from_sub_folders_with_a_separate_validation_folder
     assert val.labels.tolist() == [1, 1]
     opened = open_image(train.encoded(1))
     assert opened.size == (14, 20) and decode(opened, train.mode).mode == "RGB"
-    images, labels = build_dataset(cfg, "test", 8, channels=3, augment=False).__getitems__([0, 1])
+    images, labels, _ = build_dataset(cfg, "test", 8, channels=3, augment=False).__getitems__([0, 1])
     assert images.shape == (2, 3, 8, 8) and labels.tolist() == [1, 1]
 
 

@@ -100,9 +100,11 @@ def test_splits_of_the_built_dataset_respect_holdout_and_shots():
 
 def test_an_images_view_is_a_function_of_seed_epoch_and_index_whatever_its_batch():
     dataset = build_dataset(DataConfig(), "train", 16, channels=3, augment=True, seed=7)
-    first, _ = dataset.__getitems__([3, 4, 5, 6])
-    again, _ = build_dataset(DataConfig(), "train", 16, channels=3, augment=True, seed=7).__getitems__([3, 4, 5, 6])
+    first, _, keys = dataset.__getitems__([3, 4, 5, 6])
+    again, _, _ = build_dataset(DataConfig(), "train", 16, channels=3, augment=True, seed=7).__getitems__([3, 4, 5, 6])
     assert torch.equal(first, again)
+    # Each image's key (what its view, and a model's per-image draws, come from) travels with the batch.
+    assert torch.equal(keys, keys_of(7, 0, dataset.indices[[3, 4, 5, 6]]))
     # Split over two processes' batches, or in another order: each image keeps its view.
     halves = torch.cat([dataset.__getitems__([3, 4])[0], dataset.__getitems__([5, 6])[0]])
     assert torch.equal(halves, first)
@@ -192,13 +194,16 @@ def test_batched_tensor_decoding_gives_the_views_of_pil_decoding_and_falls_back_
     cfg = DataConfig(source=f"folder:{tmp_path}", max_bad_fraction=0.5)
     pil = build_dataset(cfg, "train", 32, channels=3, augment=True, seed=1)
     tensor = ImageDataset(pil.source, pil.view, 3, pil.indices, seed=1, max_bad_fraction=0.5, decode_device="cpu")
-    (pil_images, pil_labels), (images, labels) = pil.__getitems__([0, 3, 5]), tensor.__getitems__([0, 3, 5])
+    (pil_images, pil_labels, pil_keys), (images, labels, keys) = (pil.__getitems__([0, 3, 5]),
+                                                                  tensor.__getitems__([0, 3, 5]))
     assert images.shape == pil_images.shape == (3, 3, 32, 32) and torch.equal(labels, pil_labels)
+    assert torch.equal(keys, pil_keys)
     assert images.dtype == pil_images.dtype == torch.uint8
     assert (images.float() - pil_images.float()).abs().mean() < 5  # resamplers differ slightly; boxes are the same
     (tmp_path / "class_1" / "3.jpg").write_bytes(photo_like_jpeg(200, 150, seed=3)[:2000])  # cut short
-    images, labels = tensor.__getitems__([0, 4, 5])  # position 4: class_1/3.jpg, replaced by the next image
+    images, labels, keys = tensor.__getitems__([0, 4, 5])  # position 4: class_1/3.jpg, replaced by the next image
     assert images.shape == (3, 3, 32, 32) and labels.tolist() == [0, 1, 1] and tensor.skipped_count() == 1
+    assert torch.equal(keys, tensor.keys_for(tensor.indices[[0, 5, 5]]))  # the stand-in's key, as its view's
     assert tensor.undecodable_files() == [str(tmp_path / "class_1" / "3.jpg")]
 
 

@@ -5,8 +5,9 @@ import torch
 from einops import repeat
 
 from mpp.config import ConfigError, MPPConfig
-from mpp.models.corruption import MASK, UNCHANGED, Corruption
-from mpp.models.encoder import create_encoder
+from mpp.keyed_random import KeyedDraws, keys_of
+from mpp.models.corruption import MASK, UNCHANGED, Corruption, draw_corruption
+from mpp.models.encoder import ImageEncoder, create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor, most_frequent_class_accuracy
 
 MEAN, STD = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
@@ -104,7 +105,21 @@ def test_uint8_images_from_decoded_files_give_the_pass_of_their_float_values(tin
     corruption = model.draw_corruption(torch.arange(2))
     from_uint8, from_float = model(pixels, corruption=corruption), model(pixels / 255, corruption=corruption)
     assert torch.equal(from_uint8.loss, from_float.loss) and torch.equal(from_uint8.target, from_float.target)
-    assert torch.equal(model.features(pixels), model.features(pixels / 255))  # the encoder every model shares
+    encoder = model.image_encoder()  # the encoder every model shares
+    assert torch.equal(encoder(pixels), encoder(pixels / 255))
+
+
+def test_mpp_has_an_encoder_whose_weights_keep_timms_names_and_are_shared(tiny_model_config):
+    model = build(tiny_model_config)
+    vit_names = {f"encoder.{name}" for name in model.encoder.state_dict()}
+    assert set(model.state_dict()) == vit_names | {"mask_embedding", "head.weight", "head.bias"}
+    features = model.image_encoder("avg")
+    assert not isinstance(model, ImageEncoder) and features.encoder is model.encoder
+    images = torch.rand(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    before = features(images)
+    with torch.no_grad():
+        model.encoder.norm.bias.add_(1.0)  # a change to the model's encoder is a change to its features
+    assert torch.allclose(features(images), before + 1.0, atol=1e-6)
 
 
 def test_normalisation_must_fit_the_input_channels(tiny_model_config):
@@ -127,3 +142,12 @@ def test_the_most_frequent_class_baseline_counts_every_patch(tiny_model_config, 
     images[1, :, 4:8, 4:8] = 0.5
     batches = [images[:1], images[1:]]
     assert most_frequent_class_accuracy(model, batches) == pytest.approx(29 / 32)
+
+
+def test_the_corruption_is_drawn_apart_from_the_view_of_the_same_image_key(tiny_model_config):
+    model = build(tiny_model_config)
+    keys = keys_of(0, 0, torch.arange(64))  # what the data drew these images' views from
+    from_the_model = model.draw_corruption(keys)
+    from_the_raw_keys = draw_corruption(KeyedDraws(keys), model.encoder.patch_embed.num_patches, 0.5)
+    assert not torch.equal(from_the_model.positions, from_the_raw_keys.positions)
+    assert torch.equal(from_the_model.positions, model.draw_corruption(keys.clone()).positions)  # the key's alone

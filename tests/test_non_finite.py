@@ -26,7 +26,7 @@ class FlakyModel(torch.nn.Module):
         self.linear = torch.nn.Linear(4, 1)
         self.bad_steps, self.calls = bad_steps, 0
 
-    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> SimpleNamespace:
+    def forward(self, images: torch.Tensor, labels: torch.Tensor, keys: torch.Tensor) -> SimpleNamespace:
         self.calls += 1
         output = self.linear(images)
         if self.bad_steps.get(self.calls) == "gradient":
@@ -43,7 +43,7 @@ def run(tmp_path, bad_steps: dict[int, str], on_nonfinite: str, steps: int = 8, 
     accelerator = Accelerator(cpu=USE_CPU, dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
     model = FlakyModel(bad_steps)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, fused=fused, foreach=not fused)
-    dataset = TensorDataset(torch.randn(16, 4), torch.zeros(16))
+    dataset = TensorDataset(torch.randn(16, 4), torch.zeros(16), torch.arange(16))  # images, labels, keys
     model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(dataset, batch_size=4, shuffle=True))
     outcome = train(TrainingRun(accelerator, model, optimizer, loader, dataset, plan_batches(cfg, 1), cfg, tmp_path,
                                 MPPRunConfig()))

@@ -148,8 +148,7 @@ class BaselineFileDataset(ImageDataset):
         images = [decode(image, self.source.mode) for _, _, _, image in opened]
         boxes, flips = self.view.draw(*image_sizes(images), self.opened_draws(opened))
         views = baseline_views(images, boxes.tolist(), self.view.size)
-        labels = torch.tensor([int(self.source.labels[index]) for _, index, _, _ in opened])
-        return baseline_batch(views, flips), labels
+        return baseline_batch(views, flips), torch.tensor([index for _, index, _, _ in opened])
 
 
 def baseline_views(images: list[Image.Image], boxes: list[list[float]], size: int) -> list[Image.Image]:

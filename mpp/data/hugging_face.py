@@ -170,7 +170,8 @@ def build_stream(
 
 
 class StreamingImageDataset(IterableDataset):
-    """A Hugging Face stream of (image, label) examples, shuffled through a buffer; for data larger than the disk.
+    """A Hugging Face stream of (image, label, key) examples, shuffled through a buffer; for data larger than the
+    disk. The key is the one the image's view was drawn from (as ``ImageDataset``'s).
 
     ``stream`` holds this process's share of the data only (``datasets.distributed.split_dataset_by_node``); the
     stream itself spreads its shards over the loader's workers.
@@ -210,10 +211,10 @@ class StreamingImageDataset(IterableDataset):
         counts = self.counts[worker_id]
         for read, example in enumerate(stream):
             counts[1] += 1
-            # A stream has no index: its views are keyed by (seed, epoch, worker, place in the worker's stream).
-            draws = KeyedDraws(keys_of(self.seed, self.epoch, worker_id, torch.tensor([read])))
+            # A stream has no index: its images are keyed by (seed, epoch, worker, place in the worker's stream).
+            keys = keys_of(self.seed, self.epoch, worker_id, torch.tensor([read]))
             try:
-                view = self.view.of_files([stored_bytes(example[self.image_column])], draws)
+                view = self.view.of_files([stored_bytes(example[self.image_column])], KeyedDraws(keys))
             except UndecodableImage as error:
                 counts[0] += 1
                 failed, read = int(counts[0]), int(counts[1])
@@ -222,7 +223,7 @@ class StreamingImageDataset(IterableDataset):
                                             str(error)) from None
                 continue
             label = example[self.label_column] if self.label_column else -1
-            yield match_channels(view, self.channels)[0], label
+            yield match_channels(view, self.channels)[0], label, keys[0]
 
     def skipped_count(self) -> int:
         return int(self.counts[:, 0].sum())

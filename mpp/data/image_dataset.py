@@ -1,4 +1,4 @@
-"""Datasets of model inputs: a source's images through a view, as whole batches of (images, labels).
+"""Datasets of model inputs: a source's images through a view, as whole batches of (images, labels, keys).
 
 ``ImageDataset`` (map-style) returns a whole batch from ``__getitems__`` (torch's DataLoader calls it with a batch's
 indices); pair it with ``collate_fn=keep_batch``. In-memory sources are gathered and resampled in a few tensor
@@ -47,8 +47,10 @@ def too_many_failures(failed: int, total: int, max_fraction: float, description:
 
 
 class ImageDataset(Dataset):
-    """(images, labels) batches: (b c s s) images with ``channels`` channels, float in [0, 1] (in-memory sources) or
-    uint8 (files), which the models take alike; (b) int64 labels."""
+    """(images, labels, keys) batches: (b c s s) images with ``channels`` channels, float in [0, 1] (in-memory
+    sources) or uint8 (files), which the models take alike; (b) int64 labels; (b) int64 keys, each image's
+    ``keys_of(seed, epoch, index)``. Its view was drawn from its key, and a model that draws per image (MPP's
+    corruption) draws from it too: each draw is the image's own, whichever process, pass or resumed run reads it."""
 
     def __init__(
         self,
@@ -94,34 +96,37 @@ class ImageDataset(Dataset):
         """Views are drawn from (seed, epoch, index): each epoch augments afresh, reproducibly."""
         self.epoch = epoch
 
+    def keys_for(self, index: torch.Tensor) -> torch.Tensor:
+        """The (b) keys of the images at these (b) source indices this epoch."""
+        return keys_of(self.seed, self.epoch, index)
+
     def draws_for(self, index: torch.Tensor) -> KeyedDraws:
         """The draws of the views of the images at these (b) source indices: each image's, whatever its batch."""
-        return KeyedDraws(keys_of(self.seed, self.epoch, index))
+        return KeyedDraws(self.keys_for(index))
 
     def __len__(self) -> int:
         return len(self.indices)
 
-    def __getitems__(self, positions: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def __getitems__(self, positions: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         index = self.indices[torch.as_tensor(positions, dtype=torch.long)]
         if isinstance(self.source, BatchSource):
             images = self.view(self.source.images(index), self.draws_for(index))
-            labels = self.source.labels[index]
         elif self.decode_device:
-            images, labels = self.views_decoded_on(self.decode_device, positions)
+            images, index = self.views_decoded_on(self.decode_device, positions)
         else:
-            images, labels = self.views_of_files(positions)
-        return match_channels(images, self.channels), labels
+            images, index = self.views_of_files(positions)
+        return match_channels(images, self.channels), self.source.labels[index], self.keys_for(index)
 
-    def __getitem__(self, position: int) -> tuple[torch.Tensor, torch.Tensor]:
-        images, labels = self.__getitems__([position])
-        return images[0], labels[0]
+    def __getitem__(self, position: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return tuple(part[0] for part in self.__getitems__([position]))
 
     def views_of_files(self, positions: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """Files of any size: opened (headers only), boxes drawn for the batch, then each decoded for its box and
-        resampled. A file that fails is replaced by the next one that does not, with a box drawn for it."""
+        resampled. A file that fails is replaced by the next one that does not, with a box drawn for it. Returns
+        the views and the (b) source indices of the images they show."""
         opened = [self.open(position) for position in positions]
         boxes, flips = self.view.draw(*image_sizes([image for _, _, _, image in opened]), self.opened_draws(opened))
-        views, labels = [], []
+        views, shown = [], []
         for (position, index, file, image), box in zip(opened, boxes.tolist()):
             while True:
                 try:
@@ -131,13 +136,14 @@ class ImageDataset(Dataset):
                     self.record_failure(index, error)
                     position, index, file, image = self.open(position + 1)
                     box = self.view.draw(*image_sizes([image]), self.draws_for(torch.tensor([index])))[0][0].tolist()
-            labels.append(int(self.source.labels[index]))
-        return self.view.batch_of(views, flips), torch.tensor(labels)
+            shown.append(index)
+        return self.view.batch_of(views, flips), torch.tensor(shown)
 
     def views_decoded_on(self, device: str, positions: list[int]):
         """JPEG files decoded on ``device`` as one batch (nvJPEG on a GPU), each view cut and resized there, with
         the boxes ``views_of_files`` would draw. A batch holding a file nvJPEG cannot decode (broken, or not a JPEG)
-        is loaded by ``views_of_files`` instead, which skips what PIL cannot decode either."""
+        is loaded by ``views_of_files`` instead, which skips what PIL cannot decode either. Returns what
+        ``views_of_files`` does."""
         opened = [self.open(position) for position in positions]
         boxes, flips = self.view.draw(*image_sizes([image for _, _, _, image in opened]), self.opened_draws(opened))
         files = [file for _, _, file, _ in opened]
@@ -147,14 +153,14 @@ class ImageDataset(Dataset):
             decoded = decode_jpeg([jpeg_data(file) for file in files], mode=READ_MODES[self.source.mode],
                                   device=device)
         except RuntimeError:
-            images, labels = self.views_of_files(positions)
-            return images.to(device), labels
+            images, shown = self.views_of_files(positions)
+            return images.to(device), shown
         boxes = boxes.to(device)
         views = torch.cat([resized_crops(image[None], boxes[i:i + 1], self.view.size)
                            for i, image in enumerate(decoded)])
-        labels = torch.tensor([int(self.source.labels[index]) for _, index, _, _ in opened])
         views = (views * 255).round_().to(torch.uint8)  # uint8, as the CPU path's views of files
-        return mirrored(views, None if flips is None else flips.to(device)), labels
+        shown = torch.tensor([index for _, index, _, _ in opened])
+        return mirrored(views, None if flips is None else flips.to(device)), shown
 
     def opened_draws(self, opened: list[tuple[int, int, bytes, Image.Image]]) -> KeyedDraws:
         """The draws of the views of ``open``'s results (those of the images opened, where one stood in)."""

@@ -36,7 +36,7 @@ def build_dataset(
     process_index: int = 0,
     num_processes: int = 1,
 ) -> Dataset:
-    """(images, labels) batches of ``split`` at ``image_size``, with the pre-training view when ``augment``.
+    """(images, labels, keys) batches of ``split`` at ``image_size``, with the pre-training view when ``augment``.
 
     ``seed`` draws the views; ``process_index`` / ``num_processes`` matter only to a stream, which is split between
     processes here (map-style data is split into distinct batches by ``prepare_loader``).
@@ -97,7 +97,7 @@ def resolved_files(dataset: ImageDataset) -> set[str]:
 def sample_images(dataset: Dataset, count: int, seed: int, batch_size: int = 256) -> Iterator[torch.Tensor]:
     """Image batches of a seeded random sample of ``count`` images (all of them if fewer); a stream's first ones."""
     if isinstance(dataset, StreamingImageDataset):
-        images = (image for image, _ in itertools.islice(dataset, count))
+        images = (image for image, _, _ in itertools.islice(dataset, count))
         while batch := list(itertools.islice(images, batch_size)):
             yield torch.stack(batch)
         return

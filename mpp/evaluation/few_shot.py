@@ -21,7 +21,7 @@ from mpp.config import FewShotConfig, MonitorConfig, MPPMonitorConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.subsets import disjoint_per_class, shots_per_class
 from mpp.evaluation.frozen_feature_classifiers import accuracy, fitting_device, ridge_predictions, ridge_regressions
-from mpp.models.encoder import ImageEncoder
+from mpp.models.encoder import BuiltOnEncoder, ImageEncoder
 
 DEFAULT_L2_GRID = FewShotConfig().l2_grid
 logger = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class FewShotMonitor:
     class, disjoint), for TensorBoard during pre-training. The slice is read from ``dataset`` at every report, a
     batch at a time, so a large one (many classes) costs loading time, not memory."""
 
-    def __init__(self, accelerator: Accelerator, model: ImageEncoder, dataset: ImageDataset, cfg: MonitorConfig,
+    def __init__(self, accelerator: Accelerator, model: BuiltOnEncoder, dataset: ImageDataset, cfg: MonitorConfig,
                  seed: int, batch_size: int = 256):
         """``model``: the (unwrapped) model being trained, read with ``cfg.features`` pooling; ``dataset``: images
         through the evaluation view, labelled."""
@@ -133,7 +133,7 @@ class FewShotAgainstInitialisation:
     slices. Made before training (it copies the encoder then, and a dataset too small for its slices is refused
     before anything is written); called once training has ended."""
 
-    def __init__(self, accelerator: Accelerator, model: ImageEncoder, dataset: ImageDataset, cfg: MPPMonitorConfig,
+    def __init__(self, accelerator: Accelerator, model: BuiltOnEncoder, dataset: ImageDataset, cfg: MPPMonitorConfig,
                  seed: int):
         """``model``: the (unwrapped) model about to be trained; ``dataset``: the training split through the
         evaluation view, labelled."""

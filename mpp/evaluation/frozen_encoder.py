@@ -141,7 +141,7 @@ def extract_features(accelerator: Accelerator, extractor: nn.Module, dataset: Im
     loader = build_loader(dataset, cfg.eval.batch_size, cfg.data, train=False, device_type=accelerator.device.type,
                           local_processes=local_processes(accelerator))
     features, labels = [], []
-    for images, batch_labels in prepare_loader(accelerator, loader):
+    for images, batch_labels, _ in prepare_loader(accelerator, loader):
         with accelerator.autocast():
             batch_features = extractor(images).float()  # cached, and fitted on, in float32
         gathered = accelerator.gather_for_metrics((batch_features, batch_labels))

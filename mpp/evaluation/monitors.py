@@ -19,12 +19,12 @@ from mpp.data.loading import build_dataset, sample_images
 from mpp.data.subsets import class_label
 from mpp.evaluation.few_shot import FewShotMonitor
 from mpp.evaluation.mpp_mosaic import MPPMosaic
-from mpp.models.encoder import ImageEncoder
+from mpp.models.encoder import BuiltOnEncoder
 
 logger = logging.getLogger(__name__)
 
 
-def pre_training_monitors(accelerator: Accelerator, model: ImageEncoder, cfg: MonitorConfig, data: DataConfig,
+def pre_training_monitors(accelerator: Accelerator, model: BuiltOnEncoder, cfg: MonitorConfig, data: DataConfig,
                           run_dir: Path, seed: int, dataset: ImageDataset | None = None
                           ) -> list[FewShotMonitor | MPPMosaic]:
     """The reports ``cfg`` asks for, on ``model`` (unwrapped: its ``encoder`` and ``normalise`` are used in place).
@@ -46,7 +46,7 @@ def pre_training_monitors(accelerator: Accelerator, model: ImageEncoder, cfg: Mo
     return reports
 
 
-def monitored_images(model: ImageEncoder, data: DataConfig, seed: int) -> ImageDataset:
+def monitored_images(model: BuiltOnEncoder, data: DataConfig, seed: int) -> ImageDataset:
     """The training split through the evaluation view (no augmentation), as ``model``'s encoder reads it."""
     if data.streaming:
         raise ConfigError("monitor.few_shot_every, monitor.mosaic_every and monitor.final_few_shot_draws pick images "

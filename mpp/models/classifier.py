@@ -7,7 +7,7 @@ tokens, App. D.3) with a head: one tanh hidden layer (the pre-training head) or 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -55,8 +55,10 @@ class ImageClassifier(ImageEncoder):
     def no_weight_decay(self) -> set[str]:
         return {f"encoder.{name}" for name in self.encoder.no_weight_decay()}
 
-    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> ClassifierOutput:
-        """(b c h w) raw images (uint8, or float in [0, 1]), (b) class indices."""
+    def forward(self, images: torch.Tensor, labels: torch.Tensor, keys: Optional[torch.Tensor] = None
+                ) -> ClassifierOutput:
+        """(b c h w) raw images (uint8, or float in [0, 1]), (b) class indices; the images' keys go unused: a
+        classifier draws nothing per image (dropout and drop-path draw from the seeded global generator)."""
         logits = self.head(self.features(images))
         loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.cfg.label_smoothing)
         accuracy = (logits.argmax(dim=-1) == labels).float().mean()

@@ -5,7 +5,7 @@ normalise -> ViT -> pool."""
 from __future__ import annotations
 
 import difflib
-from typing import Sequence
+from typing import Protocol, Sequence
 
 import timm
 import torch
@@ -89,6 +89,14 @@ def count_parameters(module: torch.nn.Module) -> int:
 def pooled_features(tokens: torch.Tensor, pool: Pooling, prefix_tokens: int = 1) -> torch.Tensor:
     """(b 1+n d) encoder output after the final norm -> (b d): the [class] token's, or the patch tokens' mean."""
     return tokens[:, 0] if pool == "token" else tokens[:, prefix_tokens:].mean(dim=1)
+
+
+class BuiltOnEncoder(Protocol):
+    """A model built on an encoder (MPP, the classifier): it keeps the ViT as ``encoder`` and its input normalisation
+    as ``normalise``, which monitors and evaluation read features through."""
+
+    encoder: VisionTransformer
+    normalise: InputNormalisation
 
 
 class ImageEncoder(nn.Module):

@@ -14,12 +14,14 @@ from timm.models import checkpoint_seq
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from mpp.config import MPPConfig
-from mpp.keyed_random import KeyedDraws
+from mpp.config import FrozenFeatures, MPPConfig
+from mpp.keyed_random import KeyedDraws, keys_of
 from mpp.models.corruption import Corruption, corrupt_patch_embeddings, draw_corruption, select_patches
 from mpp.models.encoder import ImageEncoder, InputNormalisation, unit_interval
 from mpp.models.targets import TARGETS, num_colour_classes
 from mpp.private_apis import add_position_embeddings
+
+CORRUPTION_STREAM = 0x4D5050  # folded into each image's key: its corruption is drawn apart from its view
 
 
 @dataclass
@@ -31,7 +33,11 @@ class MPPOutput:
     corruption: Corruption
 
 
-class MaskedPatchPredictor(ImageEncoder):
+class MaskedPatchPredictor(nn.Module):
+    """A ViT with MPP's parts around it: the encoder (``encoder``, timm's ViT, and ``normalise``, its input
+    normalisation, so its weights are ``encoder.<timm's names>`` as in every model here), the learnable [mask]
+    embedding and the prediction head. ``image_encoder`` reads features from the same weights."""
+
     def __init__(
         self,
         encoder: VisionTransformer,
@@ -39,8 +45,10 @@ class MaskedPatchPredictor(ImageEncoder):
         mean: Sequence[float],
         std: Sequence[float],
     ) -> None:
+        super().__init__()
         # The encoder sees normalised pixels; targets come from the raw ones, so normalising happens here.
-        super().__init__(encoder, InputNormalisation(mean, std, encoder.patch_embed.proj.in_channels))
+        self.normalise = InputNormalisation(mean, std, encoder.patch_embed.proj.in_channels)
+        self.encoder = encoder
         self.cfg = cfg
         self.target = TARGETS[cfg.target](cfg, encoder.patch_embed.patch_size[0])
         dim = encoder.embed_dim
@@ -48,14 +56,19 @@ class MaskedPatchPredictor(ImageEncoder):
         nn.init.trunc_normal_(self.mask_embedding, std=0.02)
         self.head = nn.Linear(dim, self.target.outputs)
 
+    def image_encoder(self, pool: FrozenFeatures = "token") -> ImageEncoder:
+        """Raw images -> pooled features of this model's encoder (its weights shared, not copied)."""
+        return ImageEncoder(self.encoder, self.normalise, pool)
+
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
         return {f"encoder.{name}" for name in self.encoder.no_weight_decay()} | {"mask_embedding"}
 
     def draw_corruption(self, keys: torch.Tensor) -> Corruption:
-        """The corruption of the images with these (b) keys (``mpp.keyed_random.keys_of``), on the keys' device."""
+        """The corruption of the images with these (b) keys (``mpp.keyed_random.keys_of``), on the keys' device.
+        The keys are folded with a constant first: the data drew each image's view from the same key."""
         return draw_corruption(
-            KeyedDraws(keys),
+            KeyedDraws(keys_of(CORRUPTION_STREAM, keys)),
             self.encoder.patch_embed.num_patches,
             self.cfg.corruption_rate,
             self.cfg.mask_fraction,
@@ -87,20 +100,20 @@ class MaskedPatchPredictor(ImageEncoder):
         self,
         images: torch.Tensor,
         labels: Optional[torch.Tensor] = None,
+        keys: Optional[torch.Tensor] = None,
         corruption: Optional[Corruption] = None,
-        draw_keys: Optional[torch.Tensor] = None,
     ) -> MPPOutput:
         """One MPP pass over raw images (b c h w), uint8 or float in [0, 1]. Labels are ignored: the objective is
         self-supervised.
 
-        Unless a corruption is given, one is drawn from ``draw_keys``, (b) int64 (the training loop's: a function of
-        the seed and each image's place in the run), or from random keys.
+        Unless a corruption is given, one is drawn from the images' ``keys``, (b) int64 (the batch's own: see
+        ``ImageDataset``), or from random keys.
         """
         images = unit_interval(images)  # once, for both the encoder's input and the targets
         if corruption is None:
-            if draw_keys is None:
-                draw_keys = torch.randint(2**32, images.shape[:1], device=images.device)
-            corruption = self.draw_corruption(draw_keys)
+            if keys is None:
+                keys = torch.randint(2**32, images.shape[:1], device=images.device)
+            corruption = self.draw_corruption(keys)
         tokens = self.encode(images, corruption)
         prediction = self.target.prediction(self.head(select_patches(tokens, corruption.positions)))
         target = select_patches(self.targets(images), corruption.positions)

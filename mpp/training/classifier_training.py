@@ -32,9 +32,9 @@ def top1_accuracy(accelerator: Accelerator, model: torch.nn.Module, loader: Data
     was_training = model.training
     model.eval()
     hits = torch.zeros(2, device=accelerator.device)  # right, seen
-    for images, labels in loader:
+    for images, labels, keys in loader:
         with accelerator.autocast():  # a model accelerate did not prepare (the averaged weights) needs it too
-            logits = model(images, labels).logits
+            logits = model(images, labels, keys).logits
         right = accelerator.gather_for_metrics(logits.argmax(dim=-1) == labels)
         hits += torch.stack([right.sum(), torch.tensor(right.numel(), device=hits.device)])
     model.train(was_training)

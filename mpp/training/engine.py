@@ -1,16 +1,17 @@
 """The training loop every run goes through: accumulation, clipping, schedule, logging and checkpoints.
 
-The model's forward takes (images, labels) and returns an object with ``loss`` and ``accuracy`` (scalars); the loop
-needs nothing else from it. It trains what ``Trainer`` (trainer.py) prepared; nothing here is device-specific.
+Every model is called with a batch as the data gives it, ``model(images, labels, keys)`` (the keys: one per image, see
+``mpp.data.image_dataset``), and returns an object with ``loss`` and ``accuracy`` (scalars); the loop needs nothing
+else from it. It trains what ``Trainer`` (trainer.py) prepared; nothing here is device-specific.
 """
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import logging
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional, Protocol, Sequence
@@ -24,7 +25,6 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mpp.config import ConfigError, TrainConfig
-from mpp.keyed_random import keys_of
 from mpp.training.checkpoint import save_checkpoint
 from mpp.training.non_finite import NonFiniteGuard
 from mpp.training.preemption import Preempted, StopSignals
@@ -90,7 +90,7 @@ class TrainingRun:
     """What the loop trains: one run's parts, prepared by accelerate."""
 
     accelerator: Accelerator
-    model: torch.nn.Module  # forward(images, labels) -> an output with a scalar loss and accuracy
+    model: torch.nn.Module  # forward(images, labels, keys) -> an output with a scalar loss and accuracy
     optimizer: torch.optim.Optimizer
     loader: DataLoader
     dataset: Dataset  # the loader's: read here, not through the prepared loader (XLA's wrapper does not show it)
@@ -112,6 +112,62 @@ class PeriodicReport(Protocol):
     def __call__(self, step: int, images_seen: int) -> None: ...
 
 
+class RunningMeans:
+    """The loss and accuracy of the passes since the last log step (finite ones only). The sums stay on the device;
+    they are read, one synchronisation, only on log steps."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.sums = torch.zeros(3, device=device)  # loss, accuracy, passes
+
+    def add(self, output: Any) -> None:
+        values = torch.stack([output.loss.detach(), output.accuracy.detach(), torch.ones_like(self.sums[0])])
+        self.sums += torch.where(torch.isfinite(values[0]), values, 0)
+
+    def read(self, accelerator: Accelerator) -> tuple[float, float]:
+        """The means over all processes, and a fresh start."""
+        loss, accuracy, passes = accelerator.reduce(self.sums, "sum").tolist()
+        self.sums.zero_()
+        return (loss / passes, accuracy / passes) if passes else (math.nan, math.nan)
+
+
+class TrainingClock:
+    """Images per second of training steps alone: neither the first step (warm-up, compilation) nor the time spent
+    in reports and checkpoint writing (``paused``) counts."""
+
+    def __init__(self, images_per_step: int) -> None:
+        self.images_per_step = images_per_step
+        self.run_start = self.window_start = self.first_step_done = time.perf_counter()
+        self.window_steps = self.steps = 0
+
+    def step_done(self) -> None:
+        self.steps += 1
+        self.window_steps += 1
+        if self.steps == 1:
+            self.first_step_done = time.perf_counter()
+
+    def window_rate(self) -> float:
+        """Images per second since the last call; starts the next window."""
+        now = time.perf_counter()
+        rate = self.window_steps * self.images_per_step / (now - self.window_start)
+        self.window_steps, self.window_start = 0, now
+        return rate
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        pausing = time.perf_counter()
+        yield
+        pause = time.perf_counter() - pausing
+        self.window_start, self.first_step_done = self.window_start + pause, self.first_step_done + pause
+
+    def run_rate(self) -> Optional[float]:
+        """Images per second over this session's steps after the first (of the one step, if only one ran)."""
+        if not self.steps:
+            return None
+        timed = self.steps - 1 if self.steps > 1 else 1
+        since = self.first_step_done if self.steps > 1 else self.run_start
+        return timed * self.images_per_step / (time.perf_counter() - since)
+
+
 def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicReport] = ()) -> dict[str, Any]:
     """Train from ``start_step`` to ``run.cfg.steps``; returns the final metrics of the run.
 
@@ -119,43 +175,33 @@ def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicRepor
     ``train.on_nonfinite`` says to stop.
     """
     accelerator, model, optimizer, plan, cfg = run.accelerator, run.model, run.optimizer, run.plan, run.cfg
-    seed = run.config.seed
     accelerator.gradient_accumulation_steps = plan.accumulation_steps
     batches = endless_batches(run.loader, run.dataset, accelerator, start=start_step * plan.accumulation_steps)
     guard = NonFiniteGuard(optimizer, accelerator.device, stop=cfg.on_nonfinite == "stop",
                            scaler_skips=accelerator.scaler is not None, start_step=start_step)
-    # Running sums stay on the device; they are read (one synchronisation) only on log steps.
-    sums = torch.zeros(3, device=accelerator.device)  # loss, accuracy, passes (finite ones only)
-    window_steps = skipped_steps = 0
+    means, clock = RunningMeans(accelerator.device), TrainingClock(plan.global_batch_size)
     grad_norm = torch.zeros((), device=accelerator.device)
-    metrics: dict[str, Any] = {}
-    run_start = time.perf_counter()
+    logged: dict[str, Any] = {}
+    skipped_steps = 0
     progress = tqdm(total=cfg.steps, initial=start_step, desc="train", disable=not accelerator.is_local_main_process)
     unwrapped = accelerator.unwrap_model(model)
-    # Each image's place in the run: step x global batch + its row in the global batch, where pass m of process p
-    # holds rows [(m P + p) micro, ... + micro) (accelerate gives process p every P-th batch of the order). A model that
-    # draws per image (MPP's corruption) keys its draws by (seed, place), so they do not depend on the process or the
-    # pass that holds the image: the run is the same on any number of processes. Kept on the device, moved on in place.
-    keyed = "draw_keys" in inspect.signature(unwrapped.forward).parameters
-    first_place = start_step * plan.global_batch_size + accelerator.process_index * plan.micro_batch_size
-    places = (first_place + torch.arange(plan.micro_batch_size)).to(accelerator.device)
     with logging_redirect_tqdm(), StopSignals() as stop_signals, progress:
-        for report in reports if start_step == 0 else ():
-            report(0, 0)
+        with clock.paused():
+            for report in reports if start_step == 0 else ():
+                report(0, 0)
         model.train()
-        window_start = first_step_done = time.perf_counter()  # throughput counts training steps only
         for step in range(start_step, cfg.steps):
             lr = learning_rate(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.decay, cfg.min_lr)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             for micro_step in range(plan.accumulation_steps):
-                images, labels = next(batches)
+                images, labels, keys = next(batches)
                 # What the model draws from the global RNG (dropout, drop-path) is a function of (seed, step, pass,
                 # process), so a resumed run draws what an uninterrupted one would. Seeded after fetching the batch:
                 # starting a loader iterator (as resuming does) consumes random numbers too.
-                set_seed(hash((seed, step, micro_step, accelerator.process_index)) % 2**32)  # every backend's RNG
+                set_seed(hash((run.config.seed, step, micro_step, accelerator.process_index)) % 2**32)
                 with accelerator.accumulate(model):
-                    output = model(images, labels, **({"draw_keys": keys_of(seed, places)} if keyed else {}))
+                    output = model(images, labels, keys)
                     accelerator.backward(output.loss)
                     guard.observe_loss(output.loss)
                     if accelerator.sync_gradients:  # the last pass of the step
@@ -164,70 +210,68 @@ def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicRepor
                         optimizer.zero_grad(set_to_none=True)
                         if run.averaged is not None:
                             run.averaged.update(unwrapped, step=step + 1)  # one foreach lerp over the weights
-                values = torch.stack([output.loss.detach(), output.accuracy.detach(), torch.ones_like(sums[0])])
-                sums += torch.where(torch.isfinite(values[0]), values, 0)
-                places += plan.num_processes * plan.micro_batch_size
+                means.add(output)
             progress.update()
+            clock.step_done()
             done = step + 1
-            window_steps += 1
-            if done == start_step + 1:
-                first_step_done = time.perf_counter()  # throughput excludes the first step's warm-up
-
             if done % cfg.log_every == 0 or done == cfg.steps:
-                loss, accuracy, passes = accelerator.reduce(sums, "sum").tolist()
-                loss, accuracy = (loss / passes, accuracy / passes) if passes else (math.nan, math.nan)
-                now = time.perf_counter()
-                metrics = {
-                    "loss": loss,
-                    run.accuracy_name: accuracy,
-                    "lr": lr,
-                    "grad_norm": grad_norm.item(),
-                    "images_per_second": window_steps * plan.global_batch_size / (now - window_start),
-                    "skipped_steps": guard.check(done, window_steps),  # raises where the run must stop
-                }
-                # The x-axis counts images seen, so runs with different batch sizes line up.
-                images_seen = done * plan.global_batch_size
-                accelerator.log({f"{run.log_prefix}train/{key}": value for key, value in metrics.items()},
-                                step=images_seen)
-                progress.set_postfix(loss=f"{loss:.4f}", acc=f"{accuracy:.3f}")
-                logger.info(
-                    "%sstep %d/%d  loss %.4f  %s %.4f  lr %.2e  grad_norm %.3f  %.1f images/s%s",
-                    run.log_prefix, done, cfg.steps, loss, run.accuracy_name, accuracy, lr, metrics["grad_norm"],
-                    metrics["images_per_second"], guard.describe(metrics["skipped_steps"]),
-                )
-                guard.reset()
-                skipped_steps += metrics["skipped_steps"]
-                sums.zero_()
-                window_steps, window_start = 0, now
-
-            pausing = time.perf_counter()
-            for report in reports:
-                if done % report.every == 0:
-                    report(done, done * plan.global_batch_size)
-            signum = stop_signals.agreed(accelerator, done, cfg.stop_check_every)
-            if done % cfg.checkpoint_every == 0 or done == cfg.steps or signum:
-                guard.check(done, window_steps)  # never checkpoint after a step that must stop the run
-                path = save_checkpoint(accelerator, run.run_dir, done, run.config, cfg.keep_checkpoints, run.averaged)
-                logger.info("saved checkpoint %s", path)
-                if signum:
-                    raise Preempted(signum, done, path)
-            pause = time.perf_counter() - pausing  # speeds count training time, not reports or checkpoint writing
-            window_start, first_step_done = window_start + pause, first_step_done + pause
-    skipped = report_skipped_images(accelerator, run.dataset)
-
-    steps_run = cfg.steps - start_step
-    elapsed = time.perf_counter() - (first_step_done if steps_run > 1 else run_start)
-    timed_steps = steps_run - 1 if steps_run > 1 else steps_run
+                logged = log_step(run, done, lr, grad_norm, means, clock, guard, progress)
+                skipped_steps += logged["skipped_steps"]
+            with clock.paused():  # speeds count training time, not reports or checkpoint writing
+                report_and_checkpoint(run, done, reports, stop_signals, guard, clock.window_steps)
     return {
         "step": cfg.steps,
-        "loss": metrics.get("loss"),
-        run.accuracy_name: metrics.get(run.accuracy_name),
-        "images_per_second": timed_steps * plan.global_batch_size / elapsed if steps_run else None,
+        "loss": logged.get("loss"),
+        run.accuracy_name: logged.get(run.accuracy_name),
+        "images_per_second": clock.run_rate(),
         "images_seen": cfg.steps * plan.global_batch_size,
         "num_processes": plan.num_processes,
         "global_batch_size": plan.global_batch_size,
-        "steps_this_session": steps_run,
-        "wall_seconds_this_session": time.perf_counter() - run_start,
-        "skipped_images": skipped,
+        "steps_this_session": cfg.steps - start_step,
+        "wall_seconds_this_session": time.perf_counter() - clock.run_start,
+        "skipped_images": report_skipped_images(accelerator, run.dataset),
         "skipped_steps": skipped_steps,
     }
+
+
+def log_step(run: TrainingRun, done: int, lr: float, grad_norm: torch.Tensor, means: RunningMeans,
+             clock: TrainingClock, guard: NonFiniteGuard, progress: tqdm) -> dict[str, Any]:
+    """Logs the steps since the last log step (to TensorBoard, the log and the progress bar); returns what it logged.
+    Raises ``NonFiniteStep`` where a skipped step must stop the run."""
+    loss, accuracy = means.read(run.accelerator)
+    skipped = guard.check(done, clock.window_steps)  # raises where the run must stop
+    metrics = {
+        "loss": loss,
+        run.accuracy_name: accuracy,
+        "lr": lr,
+        "grad_norm": grad_norm.item(),
+        "images_per_second": clock.window_rate(),  # ends the window
+        "skipped_steps": skipped,
+    }
+    # The x-axis counts images seen, so runs with different batch sizes line up.
+    run.accelerator.log({f"{run.log_prefix}train/{key}": value for key, value in metrics.items()},
+                        step=done * run.plan.global_batch_size)
+    progress.set_postfix(loss=f"{loss:.4f}", acc=f"{accuracy:.3f}")
+    logger.info(
+        "%sstep %d/%d  loss %.4f  %s %.4f  lr %.2e  grad_norm %.3f  %.1f images/s%s",
+        run.log_prefix, done, run.cfg.steps, loss, run.accuracy_name, accuracy, lr, metrics["grad_norm"],
+        metrics["images_per_second"], guard.describe(metrics["skipped_steps"]),
+    )
+    guard.reset()
+    return metrics
+
+
+def report_and_checkpoint(run: TrainingRun, done: int, reports: Sequence[PeriodicReport], stop_signals: StopSignals,
+                          guard: NonFiniteGuard, unlogged_steps: int) -> None:
+    """After step ``done``: the reports due, then a checkpoint where one is due or a stop signal came (all processes
+    agree on it); raises ``Preempted`` after saving for a stop signal."""
+    for report in reports:
+        if done % report.every == 0:
+            report(done, done * run.plan.global_batch_size)
+    signum = stop_signals.agreed(run.accelerator, done, run.cfg.stop_check_every)
+    if done % run.cfg.checkpoint_every == 0 or done == run.cfg.steps or signum:
+        guard.check(done, unlogged_steps)  # never checkpoint after a step that must stop the run
+        path = save_checkpoint(run.accelerator, run.run_dir, done, run.config, run.cfg.keep_checkpoints, run.averaged)
+        logger.info("saved checkpoint %s", path)
+        if signum:
+            raise Preempted(signum, done, path)

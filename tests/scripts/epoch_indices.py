@@ -20,7 +20,7 @@ loader = prepare_loader(accelerator, build_loader(dataset, batch_size=4, cfg=cfg
 for epoch in range(2):
     loader.set_epoch(epoch)
     dataset.set_epoch(epoch)
-    seen = [label for _, labels in loader for label in labels.tolist()]
+    seen = [label for _, labels, _ in loader for label in labels.tolist()]
     record = {"num_processes": accelerator.num_processes, "distributed_type": str(accelerator.distributed_type),
               "seen": seen}
     (out / f"process_{accelerator.process_index}_epoch_{epoch}.json").write_text(json.dumps(record))
