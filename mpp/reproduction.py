@@ -30,7 +30,9 @@ from typing import Any, Optional
 import torch
 import yaml
 
-from mpp.config import ConfigError, FinetuneRunConfig, ReproductionConfig, RunError, build_config, config_to_dict
+from mpp.config import FinetuneRunConfig, ReproductionConfig
+from mpp.config_loading import build_config, config_to_dict
+from mpp.errors import ConfigError, RunError
 from mpp.run.directory import read_metrics, write_whole
 
 logger = logging.getLogger(__name__)

@@ -63,7 +63,11 @@ def main(cfg: FinetuneRunConfig) -> dict[str, Any]:
         def classifier(encoder: VisionTransformer) -> ImageClassifier:
             return ImageClassifier(encoder, train_set.num_classes, cfg.classifier, mean, std)
 
-        trainer = Trainer(session, classifier(encoder), train_set, cfg, ema_decay=cfg.finetune.ema_decay)
+        def trainer_at(lr: float) -> Trainer:
+            return Trainer(session, classifier(encoder), train_set, cfg, train=dataclasses.replace(cfg.train, lr=lr),
+                           ema_decay=cfg.finetune.ema_decay)
+
+        trainer = trainer_at(cfg.train.lr)  # made now so that a config that cannot train fails before any write
 
         session.start()
         warn_if_tested_on_training_images(train_set, test_set)
@@ -78,17 +82,17 @@ def main(cfg: FinetuneRunConfig) -> dict[str, Any]:
         if cfg.finetune.sweep_lrs:
             sweep = sweep_learning_rates(session, cfg, lambda: classifier(fresh_encoder()), train_set,
                                          image_view(cfg.data, image_size, augment=False))
-            trainer.cfg = dataclasses.replace(trainer.cfg, lr=max(sweep, key=sweep.get))  # the best rate, on all images
+            trainer = trainer_at(max(sweep, key=sweep.get))  # the best rate, on all images
             logger.info("sweep: holdout accuracy %s; training with lr %g on all %d training images",
-                        ", ".join(f"lr {rate:g}: {score:.4f}" for rate, score in sweep.items()), trainer.cfg.lr,
-                        len(train_set))
+                        ", ".join(f"lr {rate:g}: {score:.4f}" for rate, score in sweep.items()),
+                        trainer.train_config.lr, len(train_set))
         metrics = train_classifier(trainer, test_set, "test")
-        metrics.update(init=cfg.init or None, chosen_lr=trainer.cfg.lr if sweep else None,
+        metrics.update(init=cfg.init or None, chosen_lr=trainer.train_config.lr if sweep else None,
                        sweep_holdout_accuracy={f"{rate:g}": score for rate, score in sweep.items()} or None)
         session.finish(metrics)
     logger.info("done: test_accuracy %.4f%s with lr %g", metrics["test_accuracy"],
                 f" (averaged weights: {metrics['test_accuracy_averaged']:.4f})" if cfg.finetune.ema_decay else "",
-                trainer.cfg.lr)
+                trainer.train_config.lr)
     return metrics
 
 

@@ -13,8 +13,9 @@ PACKAGE = Path(__file__).parents[1] / "mpp"
 # A module may import modules of its own unit (a sub-package, or the module itself) and of earlier layers; never a
 # later layer, never another unit of its own layer.
 LAYERS = (
-    ("mpp.config", "mpp.keyed_random", "mpp.private_apis"),  # typed configs and the errors every layer raises;
-    # per-image random draws; the libraries' private APIs, one function each
+    ("mpp.errors",),  # the errors every layer raises
+    ("mpp.config", "mpp.config_loading", "mpp.keyed_random", "mpp.private_apis"),  # typed configs; their loading
+    # from YAML and overrides; per-image random draws; the libraries' private APIs, one function each
     ("mpp.run",),  # what every run has: its accelerator, its directory, its start and end
     ("mpp.data", "mpp.models"),  # images in; the ViT and its objectives
     ("mpp.training", "mpp.evaluation"),  # the training loop; frozen-encoder protocols and pictures

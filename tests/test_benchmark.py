@@ -17,7 +17,8 @@ import yaml
 
 from mpp.benchmark import shapes_regions
 from mpp.benchmark.training_step import build_model, forward_flops, main, measure_interleaved, peer_available
-from mpp.config import MPPRunConfig, build_config
+from mpp.config import MPPRunConfig
+from mpp.config_loading import build_config
 from mpp.data.shapes import ShapesSource
 from mpp.models.corruption import select_patches
 from mpp.models.encoder import create_encoder

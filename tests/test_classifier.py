@@ -9,7 +9,8 @@ from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
 from devices import USE_CPU
-from mpp.config import ClassifierConfig, ConfigError, TrainConfig
+from mpp.config import ClassifierConfig, TrainConfig
+from mpp.errors import ConfigError
 from mpp.models.classifier import ImageClassifier
 from mpp.models.encoder import create_encoder, pooled_features
 from mpp.training.classifier_training import top1_accuracy
@@ -84,7 +85,8 @@ def test_top1_accuracy_counts_every_image_once():
 
 
 def test_supervised_and_fine_tuning_defaults_are_the_papers(tmp_path):
-    from mpp.config import FinetuneRunConfig, SupervisedRunConfig, build_config
+    from mpp.config import FinetuneRunConfig, SupervisedRunConfig
+    from mpp.config_loading import build_config
 
     preset = tmp_path / "preset.yaml"
     preset.write_text("train:\n  steps: 10\n")  # a preset changes only what it lists

@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 
 from mpp.config import (
-    ConfigError,
     FewShotRunConfig,
     FinetuneRunConfig,
     InspectionRunConfig,
@@ -13,11 +12,9 @@ from mpp.config import (
     LinearProbeRunConfig,
     MPPRunConfig,
     SupervisedRunConfig,
-    build_config,
-    config_keys,
-    config_to_dict,
-    parse_command_line,
 )
+from mpp.config_loading import build_config, config_keys, config_to_dict, parse_command_line
+from mpp.errors import ConfigError
 
 PRESETS = sorted(path for path in (Path(__file__).parents[1] / "recipes" / "configs").glob("*.yaml")
                  if not path.stem.startswith("reproduce_"))  # those plan runs of these: test_reproduction.py

@@ -8,8 +8,8 @@ import pytest
 import torch
 from PIL import Image
 
-from mpp.config import DataError
 from mpp.data.openclipart import DEFAULT_ROOT, EXCLUDED, MIN_IMAGES, TEST_FRACTION, openclipart_source, split_files
+from mpp.errors import DataError
 
 
 def draw(path: Path, colour: tuple[int, int, int]) -> None:

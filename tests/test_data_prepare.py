@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mpp.config import DataConfig, DataError
+from mpp.config import DataConfig
 from mpp.data.image_source import decode, open_image
 from mpp.data.prepare import RECORD, Settings, prepare
 from mpp.data.sources import open_source
+from mpp.errors import DataError
 from tests.test_data_views import photo_like_jpeg
 
 

@@ -29,7 +29,8 @@ from typing import Any
 
 import pytest
 
-from mpp.config import ConfigError, config_keys, parse_command_line
+from mpp.config_loading import config_keys, parse_command_line
+from mpp.errors import ConfigError
 from mpp.reproduction import percent
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,8 @@ from accelerate.utils import DataLoaderConfiguration
 from torch.utils.data import DataLoader, TensorDataset
 
 from devices import USE_CPU
-from mpp.config import ConfigError, TrainConfig
+from mpp.config import TrainConfig
+from mpp.errors import ConfigError
 from mpp.training.engine import endless_batches, plan_batches
 
 

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from mpp.config import DataConfig, ModelConfig, MPPConfig, config_to_dict
+from mpp.config import DataConfig, ModelConfig, MPPConfig
+from mpp.config_loading import config_to_dict
 from mpp.data.loading import build_dataset, sample_images
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor, most_frequent_class_accuracy

@@ -4,7 +4,8 @@ import pytest
 import torch
 from einops import repeat
 
-from mpp.config import ConfigError, MPPConfig
+from mpp.config import MPPConfig
+from mpp.errors import ConfigError
 from mpp.keyed_random import KeyedDraws, keys_of
 from mpp.models.corruption import MASK, UNCHANGED, Corruption, draw_corruption
 from mpp.models.encoder import ImageEncoder, create_encoder

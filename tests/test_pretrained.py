@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
-from mpp.config import ConfigError
+from mpp.errors import ConfigError
 from mpp.models.encoder import create_encoder
 from mpp.models.pretrained import (
     export_encoder,

@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from mpp.config import (
-    ConfigError,
     FewShotRunConfig,
     FinetuneRunConfig,
     KnnRunConfig,
@@ -21,8 +20,9 @@ from mpp.config import (
     MPPRunConfig,
     ReproductionConfig,
     SupervisedRunConfig,
-    build_config,
 )
+from mpp.config_loading import build_config
+from mpp.errors import ConfigError
 from mpp.reproduction import (
     ROWS,
     Run,

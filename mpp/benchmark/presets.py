@@ -31,14 +31,8 @@ import torch
 import yaml
 
 from mpp.benchmark.training_step import measure_interleaved
-from mpp.config import (
-    FewShotRunConfig,
-    FinetuneRunConfig,
-    MPPRunConfig,
-    ReproductionConfig,
-    SupervisedRunConfig,
-    build_config,
-)
+from mpp.config import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig, ReproductionConfig, SupervisedRunConfig
+from mpp.config_loading import build_config
 from mpp.models.encoder import count_parameters, create_encoder
 from mpp.run.directory import write_whole
 

@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from mpp.config import MPPRunConfig, build_config
+from mpp.config import MPPRunConfig
+from mpp.config_loading import build_config
 from mpp.data.shapes import ShapesSource, copy_masks
 from mpp.keyed_random import keys_of
 from mpp.models.corruption import select_patches

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mpp.config import DataError
 from mpp.data.image_source import ArraySource
+from mpp.errors import DataError
 
 # kind -> (folder inside the archive, files per split, metadata file, label key, class-name key)
 LAYOUTS = {

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mpp.config import DataError
 from mpp.data.image_source import ArraySource
+from mpp.errors import DataError
 
 DEFAULT_DIR = Path("/usr/share/datasets/fashion-mnist")  # where the Debian package dataset-fashion-mnist puts it
 FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"), "test": ("t10k-images-idx3-ubyte",

@@ -15,10 +15,11 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from mpp.config import DataConfig, DataError, parse_source
+from mpp.config import DataConfig, parse_source
 from mpp.data.image_dataset import Split, too_many_failures
 from mpp.data.image_source import FileSource, UndecodableImage, read_file
 from mpp.data.transforms import ImageView, match_channels
+from mpp.errors import DataError
 from mpp.keyed_random import KeyedDraws, keys_of
 
 MAX_STREAM_WORKERS = 256  # rows of the shared failure counters of a stream (one per loader worker)

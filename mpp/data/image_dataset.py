@@ -16,7 +16,6 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.io import decode_jpeg
 
-from mpp.config import DataError
 from mpp.data.image_source import (
     READ_MODES,
     BatchSource,
@@ -28,6 +27,7 @@ from mpp.data.image_source import (
     open_image,
 )
 from mpp.data.transforms import ImageView, image_sizes, match_channels, mirrored, resized_crops
+from mpp.errors import DataError
 from mpp.keyed_random import KeyedDraws, keys_of
 
 JPEG_END = b"\xff\xd9"  # a JPEG file's last marker (EOI)

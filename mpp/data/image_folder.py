@@ -9,8 +9,8 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from mpp.config import DataError
 from mpp.data.image_source import FileSource, read_file
+from mpp.errors import DataError
 
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 logger = logging.getLogger(__name__)

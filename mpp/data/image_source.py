@@ -20,7 +20,7 @@ import torch
 from PIL import Image
 from torchvision.io import ImageReadMode, decode_jpeg
 
-from mpp.config import DataError
+from mpp.errors import DataError
 
 
 class UndecodableImage(Exception):

@@ -14,13 +14,14 @@ from accelerate import Accelerator
 from accelerate.data_loader import prepare_data_loader
 from torch.utils.data import DataLoader, Dataset
 
-from mpp.config import DataConfig, DataError
+from mpp.config import DataConfig
 from mpp.data.hugging_face import StreamingImageDataset, build_stream
 from mpp.data.image_dataset import ImageDataset, Split, keep_batch
 from mpp.data.image_source import FileSource
 from mpp.data.sources import open_source
 from mpp.data.subsets import holdout_split, shots_per_class
 from mpp.data.transforms import image_view
+from mpp.errors import DataError
 from mpp.private_apis import forget_prepared_loader
 
 logger = logging.getLogger(__name__)

@@ -22,9 +22,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from mpp.config import DataError
 from mpp.data.image_folder import image_files
 from mpp.data.image_source import ArraySource, UndecodableImage, decode, open_image, read_file
+from mpp.errors import DataError
 from mpp.run.directory import read_cache, write_whole
 
 DEFAULT_ROOT = "/usr/share/openclipart/png"

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from mpp.config import DataError
 from mpp.data.image_source import BatchSource
+from mpp.errors import DataError
 
 SPLIT_SIZES = {"train": 50_000, "test": 10_000}
 NOISE_PATTERNS = 16  # pixel-noise images, one drawn at random per image: texture only, so a few suffice

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable, Literal
 
-from mpp.config import DataConfig, DataError, parse_source
+from mpp.config import DataConfig, parse_source
 from mpp.data.cifar import cifar_source
 from mpp.data.fashion_mnist import fashion_mnist_source
 from mpp.data.hugging_face import HuggingFaceSource
@@ -16,6 +16,7 @@ from mpp.data.image_folder import ImageFolderSource
 from mpp.data.image_source import ImageSource
 from mpp.data.openclipart import openclipart_source
 from mpp.data.shapes import ShapesSource
+from mpp.errors import DataError
 
 StoredSplit = Literal["train", "test"]
 

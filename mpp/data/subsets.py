@@ -7,7 +7,7 @@ from typing import Sequence
 
 import torch
 
-from mpp.config import DataError
+from mpp.errors import DataError
 
 
 def holdout_split(size: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

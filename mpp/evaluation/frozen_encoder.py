@@ -17,9 +17,10 @@ from accelerate import Accelerator
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from mpp.config import ConfigError, EvaluationRunConfig
+from mpp.config import EvaluationRunConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.loading import build_dataset, build_loader, prepare_loader, warn_if_tested_on_training_images
+from mpp.errors import ConfigError
 from mpp.models.encoder import ImageEncoder, InputNormalisation, count_parameters
 from mpp.models.pretrained import fine_tuning_encoder, fine_tuning_model_config, input_normalisation, read_pretrained
 from mpp.run.directory import FEATURES_DIR, read_cache, write_whole

@@ -13,10 +13,11 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 
-from mpp.config import ConfigError, DataConfig, MonitorConfig, MPPMonitorConfig
+from mpp.config import DataConfig, MonitorConfig, MPPMonitorConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.loading import build_dataset, sample_images
 from mpp.data.subsets import class_label
+from mpp.errors import ConfigError
 from mpp.evaluation.few_shot import FewShotMonitor
 from mpp.evaluation.mpp_mosaic import MPPMosaic
 from mpp.models.encoder import BuiltOnEncoder

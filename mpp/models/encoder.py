@@ -12,7 +12,8 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from mpp.config import ConfigError, FrozenFeatures, ModelConfig, Pooling
+from mpp.config import FrozenFeatures, ModelConfig, Pooling
+from mpp.errors import ConfigError
 
 _SIZE_FIELDS = ("img_size", "patch_size", "embed_dim", "depth", "num_heads")
 

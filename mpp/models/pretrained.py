@@ -29,7 +29,8 @@ from timm.layers import resample_abs_pos_embed
 from timm.models import load_state_dict, save_for_hf
 from timm.models.vision_transformer import VisionTransformer
 
-from mpp.config import ConfigError, ModelConfig
+from mpp.config import ModelConfig
+from mpp.errors import ConfigError
 from mpp.models.encoder import create_encoder
 from mpp.run.directory import CHECKPOINTS_DIR, EXPORT_DIR, PARTIAL_SUFFIX
 

@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange, repeat
 
-from mpp.config import ConfigError, MPPConfig
+from mpp.config import MPPConfig
+from mpp.errors import ConfigError
 from mpp.models.encoder import unit_interval
 
 

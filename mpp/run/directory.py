@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 from accelerate import PartialState
 from accelerate.utils import broadcast_object_list
 
-from mpp.config import RunError
+from mpp.errors import RunError
 from mpp.run.lock import LOCK_FILE, RunDirectoryInUse, RunLock
 
 logger = logging.getLogger(__name__)

@@ -11,11 +11,12 @@ import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader, Dataset
 
-from mpp.config import DataError, FinetuneRunConfig
+from mpp.config import FinetuneRunConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.loading import build_loader, prepare_loader
 from mpp.data.subsets import holdout_split
 from mpp.data.transforms import ImageView
+from mpp.errors import DataError
 from mpp.models.classifier import ImageClassifier
 from mpp.run.directory import SWEEP_DIR, read_metrics, write_metrics
 from mpp.run.session import Session, local_processes
@@ -46,13 +47,13 @@ def score_classifier(trainer: Trainer, eval_set: Dataset, eval_name: str) -> dic
     """``<eval_name>_accuracy`` of the classifier ``trainer`` trained (and ``..._averaged``, of its averaged
     weights), logged and sent to TensorBoard as ``eval/...``."""
     accelerator = trainer.session.accelerator
-    loader = prepare_loader(accelerator, build_loader(eval_set, trainer.plan.micro_batch_size, trainer.config.data,
+    loader = prepare_loader(accelerator, build_loader(eval_set, trainer.plan.micro_batch_size, trainer.run_config.data,
                                                       train=False, device_type=accelerator.device.type,
                                                       local_processes=local_processes(accelerator)))
     scores = {f"{eval_name}_accuracy": top1_accuracy(accelerator, trainer.model, loader)}
     if trainer.averaged is not None:
         scores[f"{eval_name}_accuracy_averaged"] = top1_accuracy(accelerator, trainer.averaged.module, loader)
-    images_seen = trainer.cfg.steps * trainer.plan.global_batch_size
+    images_seen = trainer.train_config.steps * trainer.plan.global_batch_size
     accelerator.log({f"{trainer.log_prefix}eval/{key}": value for key, value in scores.items()}, step=images_seen)
     logger.info("%s%s on %d %s images", trainer.log_prefix,
                 ", ".join(f"{key} {value:.4f}" for key, value in scores.items()), len(eval_set), eval_name)
@@ -63,7 +64,7 @@ def train_classifier(trainer: Trainer, eval_set: Dataset, eval_name: str, report
                      ) -> dict[str, Any]:
     """Train, then score top-1 on ``eval_set``: the run's metrics with its peak ``lr`` and its scores."""
     metrics = trainer.fit(reports)
-    metrics["lr"] = trainer.cfg.lr
+    metrics["lr"] = trainer.train_config.lr
     metrics.update(score_classifier(trainer, eval_set, eval_name))
     return metrics
 

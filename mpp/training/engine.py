@@ -24,7 +24,8 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from mpp.config import ConfigError, TrainConfig
+from mpp.config import TrainConfig
+from mpp.errors import ConfigError
 from mpp.training.checkpoint import save_checkpoint
 from mpp.training.non_finite import NonFiniteGuard
 from mpp.training.preemption import Preempted, StopSignals
@@ -95,9 +96,9 @@ class TrainingRun:
     loader: DataLoader
     dataset: Dataset  # the loader's: read here, not through the prepared loader (XLA's wrapper does not show it)
     plan: BatchPlan
-    cfg: TrainConfig
+    train_config: TrainConfig  # its schedule, batch and checkpointing
     run_dir: Path  # checkpoints go to run_dir/checkpoints/
-    config: Any  # the run's whole config: saved with every checkpoint; its seed seeds every pass
+    run_config: Any  # the run's whole config: saved with every checkpoint; its seed seeds every pass
     averaged: Optional[ModelEmaV3] = None  # a Polyak average, updated after every optimizer step and checkpointed
     accuracy_name: str = "train_accuracy"  # the model's accuracy in logs and metrics
     log_prefix: str = ""  # before every TensorBoard tag and log line (the runs of a sweep share one events file)
@@ -169,12 +170,12 @@ class TrainingClock:
 
 
 def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicReport] = ()) -> dict[str, Any]:
-    """Train from ``start_step`` to ``run.cfg.steps``; returns the final metrics of the run.
+    """Train from ``start_step`` to ``run.train_config.steps``; returns the final metrics of the run.
 
     Raises ``Preempted`` (after saving a checkpoint) on SIGTERM / SIGINT, and ``NonFiniteStep`` where
     ``train.on_nonfinite`` says to stop.
     """
-    accelerator, model, optimizer, plan, cfg = run.accelerator, run.model, run.optimizer, run.plan, run.cfg
+    accelerator, model, optimizer, plan, cfg = run.accelerator, run.model, run.optimizer, run.plan, run.train_config
     accelerator.gradient_accumulation_steps = plan.accumulation_steps
     batches = endless_batches(run.loader, run.dataset, accelerator, start=start_step * plan.accumulation_steps)
     guard = NonFiniteGuard(optimizer, accelerator.device, stop=cfg.on_nonfinite == "stop",
@@ -199,7 +200,7 @@ def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicRepor
                 # What the model draws from the global RNG (dropout, drop-path) is a function of (seed, step, pass,
                 # process), so a resumed run draws what an uninterrupted one would. Seeded after fetching the batch:
                 # starting a loader iterator (as resuming does) consumes random numbers too.
-                set_seed(hash((run.config.seed, step, micro_step, accelerator.process_index)) % 2**32)
+                set_seed(hash((run.run_config.seed, step, micro_step, accelerator.process_index)) % 2**32)
                 with accelerator.accumulate(model):
                     output = model(images, labels, keys)
                     accelerator.backward(output.loss)
@@ -254,7 +255,7 @@ def log_step(run: TrainingRun, done: int, lr: float, grad_norm: torch.Tensor, me
     progress.set_postfix(loss=f"{loss:.4f}", acc=f"{accuracy:.3f}")
     logger.info(
         "%sstep %d/%d  loss %.4f  %s %.4f  lr %.2e  grad_norm %.3f  %.1f images/s%s",
-        run.log_prefix, done, run.cfg.steps, loss, run.accuracy_name, accuracy, lr, metrics["grad_norm"],
+        run.log_prefix, done, run.train_config.steps, loss, run.accuracy_name, accuracy, lr, metrics["grad_norm"],
         metrics["images_per_second"], guard.describe(metrics["skipped_steps"]),
     )
     guard.reset()
@@ -268,10 +269,11 @@ def report_and_checkpoint(run: TrainingRun, done: int, reports: Sequence[Periodi
     for report in reports:
         if done % report.every == 0:
             report(done, done * run.plan.global_batch_size)
-    signum = stop_signals.agreed(run.accelerator, done, run.cfg.stop_check_every)
-    if done % run.cfg.checkpoint_every == 0 or done == run.cfg.steps or signum:
+    signum = stop_signals.agreed(run.accelerator, done, run.train_config.stop_check_every)
+    if done % run.train_config.checkpoint_every == 0 or done == run.train_config.steps or signum:
         guard.check(done, unlogged_steps)  # never checkpoint after a step that must stop the run
-        path = save_checkpoint(run.accelerator, run.run_dir, done, run.config, run.cfg.keep_checkpoints, run.averaged)
+        path = save_checkpoint(run.accelerator, run.run_dir, done, run.run_config, run.train_config.keep_checkpoints,
+                               run.averaged)
         logger.info("saved checkpoint %s", path)
         if signum:
             raise Preempted(signum, done, path)

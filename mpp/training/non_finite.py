@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from mpp.config import RunError
+from mpp.errors import RunError
 
 
 class NonFiniteStep(RunError):

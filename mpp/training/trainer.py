@@ -28,7 +28,8 @@ logger = logging.getLogger(__name__)
 
 
 class Trainer:
-    """Trains ``model`` on ``train_set`` as ``config`` says. A sweep's point overrides ``train`` (its learning rate),
+    """Trains ``model`` on ``train_set`` as ``config`` (the run's whole config) says, on the schedule of ``train``
+    (default: ``config.train``). A sweep's point, or the run after it, gives its own ``train`` (its learning rate),
     ``run_dir`` (its own folder: checkpoints, metrics) and ``resume``; ``ema_decay`` > 0 keeps a Polyak average of
     the weights (Table 2); ``accuracy_name`` names the model's accuracy in logs and metrics, and ``log_prefix`` goes
     before every log line and TensorBoard tag."""
@@ -47,15 +48,15 @@ class Trainer:
         accuracy_name: str = "train_accuracy",
         log_prefix: str = "",
     ) -> None:
-        self.session, self.model, self.train_set, self.config = session, model, train_set, config
-        self.cfg = train or config.train
+        self.session, self.model, self.train_set, self.run_config = session, model, train_set, config
+        self.train_config = train or config.train
         self.run_dir = run_dir or session.run_dir
         self.ema_decay, self.accuracy_name, self.log_prefix = ema_decay, accuracy_name, log_prefix
         accelerator = session.accelerator
-        self.plan = plan_batches(self.cfg, accelerator.num_processes)
+        self.plan = plan_batches(self.train_config, accelerator.num_processes)
         self.loader = build_loader(train_set, self.plan.micro_batch_size, config.data, train=True,
                                    device_type=accelerator.device.type, local_processes=local_processes(accelerator))
-        self.optimizer = create_optimizer(model, self.cfg, accelerator.device)
+        self.optimizer = create_optimizer(model, self.train_config, accelerator.device)
         self.checkpoint = resume_checkpoint(config.resume if resume is None else resume, self.run_dir)
         if self.checkpoint is not None:
             check_resume_compatible(self.checkpoint, config)
@@ -63,7 +64,7 @@ class Trainer:
 
     def describe(self) -> str:
         """The batch split, schedule and optimizer, for the log (derived once, logged once)."""
-        plan, cfg = self.plan, self.cfg
+        plan, cfg = self.plan, self.train_config
         return (
             f"global batch {plan.global_batch_size} = {plan.micro_batch_size} per pass x {plan.num_processes} "
             f"process(es) x {plan.accumulation_steps} accumulation step(s); {cfg.steps} steps "
@@ -88,8 +89,8 @@ class Trainer:
         if self.checkpoint is not None:
             start_step = load_checkpoint(accelerator, self.checkpoint, self.averaged)
             logger.info("%sresumed from %s at step %d", self.log_prefix, self.checkpoint, start_step)
-        run = TrainingRun(accelerator, self.model, self.optimizer, loader, self.train_set, self.plan, self.cfg,
-                          self.run_dir, self.config, self.averaged, self.accuracy_name, self.log_prefix)
+        run = TrainingRun(accelerator, self.model, self.optimizer, loader, self.train_set, self.plan, self.train_config,
+                          self.run_dir, self.run_config, self.averaged, self.accuracy_name, self.log_prefix)
         return train(run, start_step, reports)
 
     @property

@@ -1,0 +1,17 @@
+"""The errors a user can act on. Every module raises these; entry points print the message as one line (``error:
+<message>``) and exit with status 1 (mpp/command_line.py)."""
+
+from __future__ import annotations
+
+
+class RunError(Exception):
+    """A run cannot start or go on, for a reason the user can act on; the message says what to do. Entry points print
+    it as one line, ``error: <message>``, and exit with status 1 (mpp/command_line.py)."""
+
+
+class ConfigError(RunError, ValueError):
+    """A configuration value or key that cannot be used; the message names it and the fix."""
+
+
+class DataError(ConfigError):
+    """Data that cannot be read as asked; the message names the path or column and how to fix it."""
