@@ -502,6 +502,47 @@ class InspectionRunConfig(EvaluationRunConfig):
     inspect: InspectionConfig = field(default_factory=InspectionConfig)
 
 
+@dataclass(frozen=True)
+class ReproductionRow:
+    """One starting point of a reproduction: pre-trained by a recipe (or not), then fine-tuned and evaluated."""
+
+    name: str = ""  # its runs' folders: <stage>/<name>-seed<seed>
+    label: str = ""  # in the tables and plots
+    pretraining: Optional[Literal["mpp", "supervised"]] = None  # None: a randomly initialised encoder
+    overrides: tuple[str, ...] = ()  # of its pre-training run
+
+
+@dataclass(frozen=True)
+class ReproductionClaim:
+    """A claim of the paper, tested as the paired difference ``better`` - ``worse`` (two rows' names)."""
+
+    claim: str = ""
+    better: str = ""
+    worse: str = ""
+
+
+# The paper's grid (Sec. 4.6): from scratch, MPP with each target at 50% corruption and the colour target at 15%, and
+# supervised pre-training; and its claims about them.
+PAPER_ROWS = (
+    ReproductionRow("scratch", "from scratch"),
+    ReproductionRow("mpp-colour-50", "MPP, 3-bit mean colour, 50%", "mpp",
+                    ("mpp.target=mean_colour", "mpp.corruption_rate=0.5")),
+    ReproductionRow("mpp-downsampled-50", "MPP, downsized patch, 50%", "mpp",
+                    ("mpp.target=downsampled", "mpp.corruption_rate=0.5")),
+    ReproductionRow("mpp-pixels-50", "MPP, L2 pixels, 50%", "mpp", ("mpp.target=pixels", "mpp.corruption_rate=0.5")),
+    ReproductionRow("mpp-colour-15", "MPP, 3-bit mean colour, 15%", "mpp",
+                    ("mpp.target=mean_colour", "mpp.corruption_rate=0.15")),
+    ReproductionRow("supervised", "supervised, all labels", "supervised"),
+)
+PAPER_CLAIMS = (
+    ReproductionClaim("MPP pre-training beats training from scratch", "mpp-colour-50", "scratch"),
+    ReproductionClaim("supervised pre-training beats MPP", "supervised", "mpp-colour-50"),
+    ReproductionClaim("the mean-colour target beats L2 pixel regression", "mpp-colour-50", "mpp-pixels-50"),
+    ReproductionClaim("the downsized-patch target beats L2 pixel regression", "mpp-downsampled-50", "mpp-pixels-50"),
+    ReproductionClaim("50% corruption beats 15%", "mpp-colour-50", "mpp-colour-15"),
+)
+
+
 @dataclass
 class ReproductionConfig:
     """recipes/reproduce.py: the paper's MPP findings (Sec. 4.6) tested as a grid of runs of the other recipes, every
@@ -523,6 +564,11 @@ class ReproductionConfig:
     few_shot: tuple[str, ...] = ()
     linear_probe: tuple[str, ...] = ()  # the raw-pixel baselines: logistic regression ...
     knn: tuple[str, ...] = ()  # ... and kNN
+    # The grid: its rows (each a mapping of name, label, pretraining: mpp | supervised | null, overrides) and the
+    # claims tested on them (claim, better, worse: rows' names). One row without pre-training is the from-scratch
+    # reference of the tables.
+    rows: tuple[ReproductionRow, ...] = PAPER_ROWS
+    claims: tuple[ReproductionClaim, ...] = PAPER_CLAIMS
     # Where the results are published once the experiment is done: a folder that gets copies of results.md,
     # results.json and the plots, and a Markdown file whose section between "<!-- results: <name> -->" and
     # "<!-- /results: <name> -->" (name: output_dir's last part) is replaced by the tables. Empty: neither.
@@ -534,6 +580,16 @@ class ReproductionConfig:
             raise ConfigError(f"seeds={list(self.seeds)} must list at least one seed, each once")
         if self.parallel_runs < 1:
             raise ConfigError(f"parallel_runs={self.parallel_runs} must be at least 1")
+        names = [row.name for row in self.rows]
+        if not all(names) or len(set(names)) != len(names):
+            raise ConfigError(f"rows: every row needs a name of its own; got {names}")
+        if not any(row.pretraining is None for row in self.rows):
+            raise ConfigError("rows: one row must have no pre-training (pretraining: null): the from-scratch "
+                              "reference every table reads the others against")
+        for claim in self.claims:
+            if {claim.better, claim.worse} - set(names):
+                raise ConfigError(f"claims: {claim.claim!r} compares {claim.better!r} with {claim.worse!r}, and the "
+                                  f"rows are {', '.join(names)}")
         for name in ("mpp_preset", "supervised_preset", "finetune_preset", "eval_preset"):
             if not Path(getattr(self, name)).is_file():
                 raise ConfigError(f"{name}={getattr(self, name)} does not exist; give a preset from recipes/configs/ "

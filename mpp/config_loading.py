@@ -147,6 +147,8 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
             raise ConfigError(f"{key}={value!r} must be a list, e.g. {key}={example}")
         if args[-1] is not Ellipsis and len(items) != len(args):
             raise ConfigError(f"{key}={value!r} must have {len(args)} items")
+        if dataclasses.is_dataclass(item_type):
+            return tuple(_item(item, item_type, f"{key}[{index}]") for index, item in enumerate(items))
         return tuple(_coerce(item, item_type, key) for item in items)
     try:
         if annotation is bool:
@@ -170,6 +172,18 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
     except (TypeError, ValueError):
         raise ConfigError(f"{key}={value!r} is not a valid {annotation.__name__}") from None
     raise TypeError(f"unsupported config annotation {annotation!r} for {key}")
+
+
+def _item(value: Any, cls: type, key: str) -> Any:
+    """One item of a list of sections (a mapping in YAML) as ``cls``."""
+    valid = config_keys(cls)
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}={value!r} must be a mapping of {', '.join(valid)}")
+    values = _flatten(value)
+    unknown = [name for name in values if name not in valid]
+    if unknown:
+        raise ConfigError(f"{key}: " + _unknown_keys_message(unknown, valid))
+    return _build(cls, {f"{key}.{name}": item for name, item in values.items()}, prefix=f"{key}.")
 
 
 def _unknown_keys_message(unknown: list[str], valid: list[str]) -> str:

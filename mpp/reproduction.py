@@ -2,9 +2,11 @@
 
 Four claims: MPP pre-training beats training from scratch after fine-tuning; it stays behind supervised
 pre-training; the L2 pixel target is slightly worse than the colour targets; a 15% corruption rate is slightly
-worse than 50%. Each row of the grid below is pre-trained (or not), then fine-tuned on a few labels and scored by
-few-shot linear regression on its frozen features, once per seed; beside them, the same protocols on the raw pixels
-(few-shot ridge regression, logistic regression, kNN) say what a model must beat. Every run is an ordinary run of a
+worse than 50%. The grid's rows and claims are the config's (``rows``, ``claims``: by default the paper's,
+``mpp.config.PAPER_ROWS`` and ``PAPER_CLAIMS``; a preset may list others). Each row is pre-trained (or not), then
+fine-tuned on a few labels and scored by few-shot linear regression on its frozen features, once per seed; beside
+them, the same protocols on the raw pixels (few-shot ridge regression, logistic regression, kNN) say what a model
+must beat. Every run is an ordinary run of a
 recipe in a subprocess, with a command line a researcher can rerun alone, and its own run directory under
 ``output_dir``.
 
@@ -44,28 +46,8 @@ PLAN_FILE = "reproduce.yaml"
 ELAPSED_FILE = "elapsed.json"  # wall time of every invocation so far
 
 
-@dataclass(frozen=True)
-class Row:
-    """One starting point of the comparison."""
-
-    name: str
-    label: str
-    pretraining: Optional[str]  # "mpp", "supervised", or None: a randomly initialised encoder
-    overrides: tuple[str, ...] = ()  # of the pre-training run
-
-
 PIXELS_ROW = "pixels"  # few-shot regression on the normalised pixels themselves: no encoder at all
 BASELINES = {"linear_probe": "logistic regression on raw pixels", "knn": "kNN on raw pixels (cosine)"}
-
-ROWS = (
-    Row("scratch", "from scratch", None),
-    Row("mpp-colour-50", "MPP, 3-bit mean colour, 50%", "mpp", ("mpp.target=mean_colour", "mpp.corruption_rate=0.5")),
-    Row("mpp-downsampled-50", "MPP, downsized patch, 50%", "mpp",
-        ("mpp.target=downsampled", "mpp.corruption_rate=0.5")),
-    Row("mpp-pixels-50", "MPP, L2 pixels, 50%", "mpp", ("mpp.target=pixels", "mpp.corruption_rate=0.5")),
-    Row("mpp-colour-15", "MPP, 3-bit mean colour, 15%", "mpp", ("mpp.target=mean_colour", "mpp.corruption_rate=0.15")),
-    Row("supervised", "supervised, all labels", "supervised"),
-)
 
 
 @dataclass(frozen=True)
@@ -113,7 +95,7 @@ def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
     labelled = labelled_images_per_class(cfg)
     pixels = "eval.features=pixels"
     for seed in cfg.seeds:
-        for row in ROWS:
+        for row in cfg.rows:
             source = f"pretrain/{row.name}-seed{seed}" if row.pretraining else None
             if source:
                 pretraining.append(Run(source, "pretrain", command(row.pretraining, source, seed, *row.overrides),
@@ -228,11 +210,11 @@ def few_shot_means(directory: Path) -> dict[str, float]:
 
 def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
     """Every row's figures over the seeds: fine-tuning test accuracy, few-shot accuracy per number of shots, and
-    the few-shot monitor's curve during pre-training (where it ran); the raw-pixel baselines; the supervised runs'
-    own test accuracy."""
+    the few-shot monitor's curve during pre-training (where it ran); the raw-pixel baselines; the first supervised
+    row's pre-training runs' own test accuracy; the claims."""
     output_dir = Path(cfg.output_dir)
     rows = {}
-    for row in ROWS:
+    for row in cfg.rows:
         finetune = [read_metrics(output_dir / f"finetune/{row.name}-seed{seed}")["test_accuracy"]
                     for seed in cfg.seeds]
         few_shot_runs = [few_shot_means(output_dir / f"few_shot/{row.name}-seed{seed}") for seed in cfg.seeds]
@@ -257,19 +239,12 @@ def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
             baselines[f"{script}_{labels}"] = [run[script]["test_accuracy"] for run in metrics]
             baselines[f"{labels}_images"] = metrics[0]["train_images"]
     baselines["knn_k"] = read_metrics(output_dir / f"baseline/pixels-knn-all-seed{cfg.seeds[0]}")["knn"]["k"]
-    supervised = [read_metrics(output_dir / f"pretrain/supervised-seed{seed}")["test_accuracy"] for seed in cfg.seeds]
-    return {"seeds": list(cfg.seeds), "rows": rows, "pixels": baselines, "supervised_test_accuracy": supervised,
-            "labelled_per_class": labelled_images_per_class(cfg)}
-
-
-# The paper's claims (Sec. 4.6), each as (claim, the row it says is better, the row it says is worse).
-CLAIMS = (
-    ("MPP pre-training beats training from scratch", "mpp-colour-50", "scratch"),
-    ("supervised pre-training beats MPP", "supervised", "mpp-colour-50"),
-    ("the mean-colour target beats L2 pixel regression", "mpp-colour-50", "mpp-pixels-50"),
-    ("the downsized-patch target beats L2 pixel regression", "mpp-downsampled-50", "mpp-pixels-50"),
-    ("50% corruption beats 15%", "mpp-colour-50", "mpp-colour-15"),
-)
+    supervised = [row.name for row in cfg.rows if row.pretraining == "supervised"][:1]
+    supervised_accuracy = [read_metrics(output_dir / f"pretrain/{name}-seed{seed}")["test_accuracy"]
+                           for name in supervised for seed in cfg.seeds]
+    return {"seeds": list(cfg.seeds), "rows": rows, "pixels": baselines,
+            "supervised_test_accuracy": supervised_accuracy or None,
+            "labelled_per_class": labelled_images_per_class(cfg), "claims": config_to_dict(cfg)["claims"]}
 
 
 def percent(values: list[float]) -> str:
@@ -299,17 +274,20 @@ def results_table(results: dict[str, Any]) -> str:
                  + " | ".join(percent(pixels["few_shot_accuracy"][k]) for k in shots) + " |")
     lines += ["", "| The paper's claim | Fine-tuned | " + " | ".join(f"{k}-shot" for k in shots) + " |",
               "|---|---|" + "---|" * len(shots)]
-    for claim, better, worse in CLAIMS:
-        cells = [claim_cell(rows[better]["finetune_accuracy"], rows[worse]["finetune_accuracy"])]
-        cells += [claim_cell(rows[better]["few_shot_accuracy"][k], rows[worse]["few_shot_accuracy"][k]) for k in shots]
-        lines.append(f"| {claim} | " + " | ".join(cells) + " |")
+    for claim in results["claims"]:
+        better, worse = rows[claim["better"]], rows[claim["worse"]]
+        cells = [claim_cell(better["finetune_accuracy"], worse["finetune_accuracy"])]
+        cells += [claim_cell(better["few_shot_accuracy"][k], worse["few_shot_accuracy"][k]) for k in shots]
+        lines.append(f"| {claim['claim']} | " + " | ".join(cells) + " |")
     lines += ["", f"| Reference on the same training images | {labelled} ({pixels['labelled_images']:,} images) | "
                   f"all {pixels['all_images']:,} labels |", "|---|---:|---:|"]
     for script, label in BASELINES.items():
         label += f", k={pixels['knn_k']}" if script == "knn" else ""
         lines.append(f"| {label} | {percent(pixels[f'{script}_labelled'])} | {percent(pixels[f'{script}_all'])} |")
+    scratch = next(row for row in rows.values() if row["pretraining"] is None)
+    supervised = results["supervised_test_accuracy"]
     lines.append(f"| the ViT from scratch: fine-tuning recipe; supervised pre-training with its own head | "
-                 f"{percent(rows['scratch']['finetune_accuracy'])} | {percent(results['supervised_test_accuracy'])} |")
+                 f"{percent(scratch['finetune_accuracy'])} | {percent(supervised) if supervised else '—'} |")
     return "\n".join(lines) + "\n"
 
 

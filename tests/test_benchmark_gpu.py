@@ -4,6 +4,8 @@ lent GPU's time goes on measuring; without CUDA and without --dry-run it refuses
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 
@@ -24,11 +26,29 @@ def test_without_cuda_it_refuses_in_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def installed_copy(tmp_path) -> dict[str, str]:
+    """The environment of a process that imports the package from a copy outside the checkout, as an install puts
+    it (run with ``python -P``, which keeps the current directory off ``sys.path``)."""
+    site = tmp_path / "site-packages"
+    shutil.copytree(ROOT / "mpp", site / "mpp", ignore=shutil.ignore_patterns("__pycache__"))
+    return {**os.environ, "PYTHONPATH": str(site)}
+
+
+def test_outside_a_checkout_it_refuses_in_one_line_naming_what_is_missing(tmp_path):
+    result = subprocess.run([sys.executable, "-P", "-m", "mpp.benchmark.gpu", "--dry-run", "--out",
+                             str(tmp_path / "out")], cwd=tmp_path, env=installed_copy(tmp_path), capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2 and result.stderr.strip().count("\n") == 0
+    assert "has no tests or recipes/mpp.py or recipes/configs" in result.stderr and "--checkout DIR" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_the_dry_run_goes_through_every_stage_and_writes_json_and_markdown(tmp_path):
+    # Run from the installed package (a copy outside the checkout) in the checkout, as a user with a wheel would.
     out = tmp_path / "out"
-    result = subprocess.run([sys.executable, "-m", "mpp.benchmark.gpu", "--dry-run", "--out", str(out)], cwd=ROOT,
-                            capture_output=True, text=True, timeout=900)
+    result = subprocess.run([sys.executable, "-P", "-m", "mpp.benchmark.gpu", "--dry-run", "--out", str(out)],
+                            cwd=ROOT, env=installed_copy(tmp_path), capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     results = json.loads((out / RESULTS_JSON).read_text())
     assert results["dry_run"] and results["device"] == "cpu"

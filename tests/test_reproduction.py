@@ -3,6 +3,7 @@ continues after a stop, the table it writes, and the whole experiment end to end
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -13,6 +14,8 @@ import pytest
 import yaml
 
 from mpp.config import (
+    PAPER_CLAIMS,
+    PAPER_ROWS,
     FewShotRunConfig,
     FinetuneRunConfig,
     KnnRunConfig,
@@ -24,7 +27,6 @@ from mpp.config import (
 from mpp.config_loading import build_config
 from mpp.errors import ConfigError
 from mpp.reproduction import (
-    ROWS,
     Run,
     RunFailed,
     claim_experiment,
@@ -71,11 +73,11 @@ def test_the_plan_runs_every_row_for_every_seed_each_after_its_own_pre_training(
     first_pretraining = stages.index("pretrain")  # the raw-pixel baselines start first, then pre-training
     assert all(run.after is None and "eval.features=pixels" in run.command for run in runs[:first_pretraining])
     assert stages[first_pretraining:] == sorted(stages[first_pretraining:], key=lambda stage: stage != "pretrain")
-    pretrained = [row for row in ROWS if row.pretraining]
-    assert len(runs) == 2 * (len(pretrained) + 2 * len(ROWS) + BASELINE_RUNS["seed"]) + BASELINE_RUNS["once"]
+    pretrained = [row for row in PAPER_ROWS if row.pretraining]
+    assert len(runs) == 2 * (len(pretrained) + 2 * len(PAPER_ROWS) + BASELINE_RUNS["seed"]) + BASELINE_RUNS["once"]
     by_name = {run.name: run for run in runs}
     for seed in (3, 7):
-        for row in ROWS:
+        for row in PAPER_ROWS:
             source = f"pretrain/{row.name}-seed{seed}" if row.pretraining else None
             for stage in ("finetune", "few_shot"):
                 run = by_name[f"{stage}/{row.name}-seed{seed}"]
@@ -93,6 +95,25 @@ def test_the_plan_runs_every_row_for_every_seed_each_after_its_own_pre_training(
             assert config.eval.features == "pixels" and config.data.subset_seed == config.seed and run.after is None
             assert config.data.shots_per_class == (0 if "-all-" in run.name else 4) and "-all-seed7" not in run.name
     assert "eval.features=pixels" in by_name["few_shot/pixels-seed7"].command
+
+
+def test_a_preset_lists_its_own_rows_and_claims_and_the_plan_follows_them(tmp_path):
+    rows = [{"name": "none", "label": "random init"},
+            {"name": "pixels", "label": "MPP pixels", "pretraining": "mpp", "overrides": ["mpp.target=pixels"]}]
+    cfg = tiny_config(tmp_path, seeds=[0], rows=rows, claims=[{"claim": "pixels beat nothing", "better": "pixels",
+                                                                "worse": "none"}])
+    assert [row.name for row in cfg.rows] == ["none", "pixels"] and cfg.claims[0].better == "pixels"
+    runs = {run.name: run for run in plan_runs(cfg, ROOT)}
+    assert {name for name in runs if name.startswith(("pretrain/", "finetune/"))} == {
+        "pretrain/pixels-seed0", "finetune/none-seed0", "finetune/pixels-seed0"}
+    assert "mpp.target=pixels" in runs["pretrain/pixels-seed0"].command
+    with pytest.raises(ConfigError, match="claims: 'x' compares 'pixels' with 'scratch', and the rows are none, "
+                                          "pixels"):
+        tiny_config(tmp_path, rows=rows, claims=[{"claim": "x", "better": "pixels", "worse": "scratch"}])
+    with pytest.raises(ConfigError, match="one row must have no pre-training"):
+        tiny_config(tmp_path, rows=rows[1:], claims=[])
+    with pytest.raises(ConfigError, match=r"rows\[1\]: unknown config key 'pretrainig' \(did you mean 'pretraining'"):
+        tiny_config(tmp_path, rows=[rows[0], {"name": "b", "pretrainig": "mpp"}])
 
 
 @pytest.mark.slow
@@ -144,20 +165,21 @@ def test_an_experiment_continues_only_with_its_own_settings(tmp_path):
 
 
 def test_the_table_gives_mean_and_deviation_and_judges_each_claim_by_paired_differences():
-    def row(label, finetune, few_shot):
-        return {"label": label, "finetune_accuracy": finetune, "few_shot_accuracy": {"5": few_shot}}
+    def row(label, finetune, few_shot, pretraining="mpp"):
+        return {"label": label, "finetune_accuracy": finetune, "few_shot_accuracy": {"5": few_shot},
+                "pretraining": pretraining}
 
-    rows = {"scratch": row("from scratch", [0.40, 0.50], [0.30, 0.30]),
+    rows = {"scratch": row("from scratch", [0.40, 0.50], [0.30, 0.30], None),
             "mpp-colour-50": row("MPP colour 50", [0.60, 0.62], [0.30, 0.32]),
             "mpp-downsampled-50": row("MPP down", [0.60, 0.60], [0.30, 0.30]),
             "mpp-pixels-50": row("MPP pixels", [0.70, 0.70], [0.30, 0.30]),
             "mpp-colour-15": row("MPP 15", [0.50, 0.70], [0.30, 0.30]),
-            "supervised": row("supervised", [0.80, 0.80], [0.50, 0.50])}
+            "supervised": row("supervised", [0.80, 0.80], [0.50, 0.50], "supervised")}
     pixels = {"few_shot_accuracy": {"5": [0.20, 0.22]}, "linear_probe_labelled": [0.70, 0.72],
               "linear_probe_all": [0.84], "knn_labelled": [0.60, 0.66], "knn_all": [0.85], "knn_k": 20,
               "labelled_images": 40, "all_images": 600}
     table = results_table({"seeds": [0, 1], "rows": rows, "pixels": pixels, "supervised_test_accuracy": [0.9, 0.9],
-                           "labelled_per_class": 4})
+                           "labelled_per_class": 4, "claims": [dataclasses.asdict(claim) for claim in PAPER_CLAIMS]})
     assert "| Starting point | Fine-tuned, 4 labels per class | 5-shot |" in table
     assert "| from scratch | 45.0 ± 7.1 | 30.0 ± 0.0 |" in table
     assert "| raw pixels, no encoder | — | 21.0 ± 1.4 |" in table
@@ -181,10 +203,10 @@ def test_the_whole_experiment_runs_writes_its_table_and_plots_and_a_rerun_redoes
     command = [sys.executable, str(ROOT / "recipes" / "reproduce.py"), "--config", str(preset)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    runs = len(ROWS) * 2 + sum(1 for row in ROWS if row.pretraining) + BASELINE_RUNS["seed"] + BASELINE_RUNS["once"]
+    runs = len(PAPER_ROWS) * 2 + sum(1 for row in PAPER_ROWS if row.pretraining) + BASELINE_RUNS["seed"] + BASELINE_RUNS["once"]
     assert f"{runs} runs, 0 already finished" in result.stderr
     table = (output_dir / "results.md").read_text()
-    for row in ROWS:
+    for row in PAPER_ROWS:
         assert re.search(rf"\| {re.escape(row.label)} \| [\d.]+ ± 0\.0 \| [\d.]+ ± 0\.0 \| [\d.]+ ± 0\.0 \|", table)
     assert re.search(r"\| logistic regression on raw pixels \| [\d.]+ ± 0\.0 \| [\d.]+ ± 0\.0 \|", table)
     assert re.search(rf"\n{runs} runs, 2 at a time, in \d+ min of wall time", table)

@@ -33,7 +33,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ElementTree
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -41,7 +41,7 @@ import torch
 
 from mpp.training.checkpoint import list_checkpoints, read_step
 
-ROOT = Path(__file__).resolve().parents[2]
+CHECKOUT_PARTS = ("tests", "recipes/mpp.py", "recipes/configs")  # what the stages run and read
 RESULTS_JSON, RESULTS_MARKDOWN = "gpu_acceptance.json", "gpu_acceptance.md"
 NO_MONITORS = ["monitor.few_shot_every=0", "monitor.mosaic_every=0", "monitor.final_few_shot_draws=0"]
 
@@ -63,14 +63,16 @@ class Plan:
     loader_args: tuple[str, ...]
     tests: tuple[str, ...]
     limits_s: dict[str, int] = field(default_factory=dict)
+    checkout: Path = field(default_factory=Path.cwd)  # the repository's root: every stage runs there
 
 
 def gpu_plan() -> Plan:
     cores = len(os.sched_getaffinity(0))
     workers = sorted({0, 1, 2, 4, 8, cores})
     return Plan(dry_run=False, preset="recipes/configs/mpp_vit_b16_paper.yaml", precision="bf16",
-                batches=(256, 192, 128, 96, 64, 32), step_modes=("eager", "compiled"), step_args=("--steps", "10", "--repeats", "5", "--warmup", "3"),
-                jpegs=2048, short_side=256, pretrain=("train.compile=true", "train.log_every=20", "train.warmup_steps=100"),
+                batches=(256, 192, 128, 96, 64, 32), step_modes=("eager", "compiled"),
+                step_args=("--steps", "10", "--repeats", "5", "--warmup", "3"), jpegs=2048, short_side=256,
+                pretrain=("train.compile=true", "train.log_every=20", "train.warmup_steps=100"),
                 stop_after_s=150, loader_args=("--workers", *map(str, workers), "--imagenet-images", "512"),
                 tests=("tests",),
                 limits_s={"tests": 420, "step": 300, "pretrain": 240, "loader": 120, "fsdp": 120})
@@ -96,10 +98,17 @@ class Outcome:
     output: str
 
 
-def run(command: list[str], log: Path, limit_s: float, env: dict[str, str] | None = None) -> Outcome:
-    """``command`` in ROOT, its output appended to ``log``; stopped (its whole process group) at ``limit_s``."""
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, start_new_session=True)
+def in_checkout(plan: Plan, command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+    """``command`` started in the checkout, on its own code (which an installed package may predate)."""
+    return subprocess.Popen(command, cwd=plan.checkout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONPATH": str(plan.checkout), **(env or {})},
+                            start_new_session=True)
+
+
+def run(plan: Plan, command: list[str], log: Path, limit_s: float, env: dict[str, str] | None = None) -> Outcome:
+    """``command`` in the checkout, its output appended to ``log``; stopped (its whole process group) at
+    ``limit_s``."""
+    process = in_checkout(plan, command, env)
     try:
         output, _ = process.communicate(timeout=limit_s)
         returncode: int | None = process.returncode
@@ -132,7 +141,7 @@ def failed(why: str, **figures: Any) -> dict[str, Any]:
 
 def tests_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
     report = out / "tests.xml"
-    outcome = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+    outcome = run(plan, [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
                    *plan.tests], out / "tests.log", plan.limits_s["tests"],
                   env={"MPP_TEST_DEVICE": "cpu" if plan.dry_run else "cuda"})
     if not report.is_file():
@@ -167,7 +176,7 @@ def step_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
     for mode in plan.step_modes:
         for batch in plan.batches:
             table = work / f"step-{mode}-{batch}.json"
-            outcome = run([sys.executable, "-m", "mpp.benchmark", "--config", plan.preset, "--precision",
+            outcome = run(plan, [sys.executable, "-m", "mpp.benchmark", "--config", plan.preset, "--precision",
                            plan.precision, "--batch", str(batch), *plan.step_args, "--json", str(table),
                            *(["--compile"] if mode == "compiled" else [])],
                           out / "step.log", max(1.0, deadline - time.monotonic()))
@@ -201,7 +210,7 @@ def pretrain_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
     started = time.monotonic()
     write_jpegs(work / "jpegs", plan.jpegs)
     prepared = work / "prepared"
-    outcome = run([sys.executable, "-m", "mpp.data.prepare", f"folder:{work / 'jpegs'}", str(prepared),
+    outcome = run(plan, [sys.executable, "-m", "mpp.data.prepare", f"folder:{work / 'jpegs'}", str(prepared),
                    "--splits", "train", "--short-side", str(plan.short_side)], log, left())
     if outcome.returncode != 0:
         return failed("python -m mpp.data.prepare failed; see pretrain.log")
@@ -213,9 +222,7 @@ def pretrain_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
             *plan.pretrain]
     # SIGTERM to the job's process group once it has trained stop_after_s, as a scheduler sends it: the training
     # process saves a checkpoint at the next step and exits (the launcher itself ends on the signal).
-    process = subprocess.Popen(accelerate(plan, *args, "train.steps=1000000"), cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                               start_new_session=True)
+    process = in_checkout(plan, accelerate(plan, *args, "train.steps=1000000"))
     if wait_for_step(run_dir / "log.txt", process, left()) is None:
         os.killpg(process.pid, signal.SIGKILL)
         append(log, process.communicate()[0])
@@ -228,7 +235,8 @@ def pretrain_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
         return failed(f"SIGTERM left no checkpoint (exit {process.returncode}); see pretrain.log", **figures)
     step = read_step(checkpoints[-1])
     figures |= {"batch_size": batch, "stopped_at_step": step, "images_per_second": last_rate(run_dir)}
-    outcome = run(accelerate(plan, *args, f"train.steps={step + 2 * int(log_every(plan))}", "--resume"), log, left())
+    outcome = run(plan, accelerate(plan, *args, f"train.steps={step + 2 * int(log_every(plan))}", "--resume"), log,
+                  left())
     metrics_file = run_dir / "metrics.json"
     if outcome.returncode != 0 or not metrics_file.is_file():
         return failed(f"--resume did not finish the run (exit {outcome.returncode})", **figures)
@@ -278,7 +286,7 @@ def export_loads(export: Path) -> dict[str, Any]:
 
 def loader_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
     table = work / "loader.json"
-    outcome = run([sys.executable, "-m", "mpp.benchmark.loading", "--only-imagenet", *plan.loader_args, "--json",
+    outcome = run(plan, [sys.executable, "-m", "mpp.benchmark.loading", "--only-imagenet", *plan.loader_args, "--json",
                    str(table)], out / "loader.log", plan.limits_s["loader"])
     if outcome.returncode != 0:
         return failed(f"exit {outcome.returncode}; see loader.log")
@@ -302,11 +310,11 @@ def fsdp_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
             f"train.micro_batch_size={plan.batches[-1]}", "train.checkpoint_every=10", *plan.pretrain]
     if not (work / "prepared").is_dir():
         return failed("needs the pretrain stage's prepared data: run it first")
-    first = run(accelerate(plan, *args, "train.steps=10", fsdp=True), out / "fsdp.log",
+    first = run(plan, accelerate(plan, *args, "train.steps=10", fsdp=True), out / "fsdp.log",
                 max(1.0, deadline - time.monotonic()))
     if first.returncode != 0:
         return failed(f"the FSDP run failed (exit {first.returncode}); see fsdp.log")
-    resumed = run(accelerate(plan, *args, "train.steps=20", "--resume", fsdp=True), out / "fsdp.log",
+    resumed = run(plan, accelerate(plan, *args, "train.steps=20", "--resume", fsdp=True), out / "fsdp.log",
                   max(1.0, deadline - time.monotonic()))
     if resumed.returncode != 0:
         return failed(f"--resume of the FSDP run failed (exit {resumed.returncode}); see fsdp.log")
@@ -367,12 +375,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stages", nargs="+", choices=list(STAGES), default=list(STAGES),
                         help="run only these (default: all, in order)")
     parser.add_argument("--dry-run", action="store_true", help="the same plan at toy sizes on the CPU")
+    parser.add_argument("--checkout", type=Path, default=Path.cwd(),
+                        help="the root of a checkout of the repository, whose tests and recipes it runs (default: "
+                             "the current directory)")
     args = parser.parse_args(argv)
+    missing = [part for part in CHECKOUT_PARTS if not (args.checkout / part).exists()]
+    if missing:
+        print(f"error: python -m mpp.benchmark.gpu runs a checkout's tests and recipes, and {args.checkout.resolve()} "
+              f"has no {' or '.join(missing)}; run it from the root of a checkout of the repository, or give "
+              "--checkout DIR", file=sys.stderr)
+        return 2
     if not args.dry_run and not torch.cuda.is_available():
         print("error: python -m mpp.benchmark.gpu measures a GPU, and torch sees no CUDA device here; run it on a "
               "machine with one, or add --dry-run to try the plan at toy sizes on the CPU", file=sys.stderr)
         return 2
-    plan = dry_run_plan() if args.dry_run else gpu_plan()
+    plan = replace(dry_run_plan() if args.dry_run else gpu_plan(), checkout=args.checkout.resolve())
     args.out.mkdir(parents=True, exist_ok=True)
     work = args.out / "work"
     work.mkdir(exist_ok=True)
