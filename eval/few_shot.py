@@ -30,8 +30,9 @@ def main(cfg: FewShotRunConfig) -> dict[str, Any]:
                                       run.train_set.labels, test, run.train_set.num_classes, cfg.few_shot, cfg.seed,
                                       run.train_set.class_names)
         for k, result in results.items():
-            logger.info("%s-shot accuracy %.4f +- %.4f over %d seeds (per seed: %s; chosen l2: %s)", k, result["mean"],
-                        result["std"], cfg.few_shot.seeds, ", ".join(f"{score:.4f}" for score in result["per_seed"]),
+            logger.info("%s-shot accuracy %.4f +- %.4f, balanced %.4f +- %.4f over %d seeds (per seed: %s; chosen l2: "
+                        "%s)", k, result["mean"], result["std"], result["balanced_mean"], result["balanced_std"],
+                        cfg.few_shot.seeds, ", ".join(f"{score:.4f}" for score in result["per_seed"]),
                         ", ".join(f"{l2:g}" for l2 in result["chosen_l2"]))
         metrics = {"few_shot": results, "test_images": len(test[1])}
         run.finish(metrics, {f"few_shot/{k}shot": result["mean"] for k, result in results.items()})

@@ -15,7 +15,8 @@ from typing import Any
 from mpp.command_line import run_recipe
 from mpp.config import KnnRunConfig
 from mpp.evaluation.frozen_encoder import open_evaluation_run
-from mpp.evaluation.frozen_feature_classifiers import accuracy, knn_predictions
+from mpp.evaluation.frozen_feature_classifiers import knn_predictions
+from mpp.metrics import scores_of
 
 DEFAULT_PRESET = Path(__file__).parents[1] / "recipes" / "configs" / "eval_tiny_cpu.yaml"
 logger = logging.getLogger("mpp.eval.knn")
@@ -27,11 +28,13 @@ def main(cfg: KnnRunConfig) -> dict[str, Any]:
                                                               run.features(run.test_set, "test"))
         predictions = knn_predictions(train_features, train_labels, features, run.train_set.num_classes, cfg.knn.k,
                                       cfg.knn.temperature)
-        score = accuracy(predictions, labels)
-        logger.info("kNN (k=%d, temperature %g): test accuracy %.4f", cfg.knn.k, cfg.knn.temperature, score)
-        metrics = {"knn": {"test_accuracy": score, "k": cfg.knn.k, "temperature": cfg.knn.temperature},
+        scores = scores_of(predictions, labels, run.train_set.num_classes, "test_")
+        logger.info("kNN (k=%d, temperature %g): test accuracy %.4f, balanced %.4f", cfg.knn.k, cfg.knn.temperature,
+                    scores["test_accuracy"], scores["test_balanced_accuracy"])
+        metrics = {"knn": {**scores, "k": cfg.knn.k, "temperature": cfg.knn.temperature},
                    "train_images": len(train_labels), "test_images": len(labels)}
-        run.finish(metrics, {"knn/test_accuracy": score})
+        run.finish(metrics, {"knn/test_accuracy": scores["test_accuracy"],
+                             "knn/test_balanced_accuracy": scores["test_balanced_accuracy"]})
     return metrics
 
 

@@ -574,6 +574,7 @@ class ReproductionConfig:
     # "<!-- /results: <name> -->" (name: output_dir's last part) is replaced by the tables. Empty: neither.
     publish_dir: str = ""
     results_page: str = ""
+    tables_only: bool = False  # write the tables, plots and page section again from results.json, running nothing
 
     def __post_init__(self) -> None:
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):

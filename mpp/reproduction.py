@@ -35,6 +35,7 @@ import yaml
 from mpp.config import FinetuneRunConfig, ReproductionConfig
 from mpp.config_loading import build_config, config_to_dict
 from mpp.errors import ConfigError, RunError
+from mpp.evaluation.statistics import describe_difference, paired_difference
 from mpp.run.directory import read_metrics, write_whole
 
 logger = logging.getLogger(__name__)
@@ -120,7 +121,7 @@ class RunFailed(RunError):
 
 # Settings an experiment may change when continued: which seeds (each seed's runs are independent of the others', so
 # an experiment at 3 seeds grows to 5 by running again with 5), how many runs at once, and where results are published.
-FREE_TO_CHANGE = ("seeds", "parallel_runs", "publish_dir", "results_page")
+FREE_TO_CHANGE = ("seeds", "parallel_runs", "publish_dir", "results_page", "tables_only")
 
 
 def fixed_settings(settings: dict[str, Any]) -> dict[str, Any]:
@@ -253,10 +254,9 @@ def percent(values: list[float]) -> str:
 
 
 def claim_cell(better: list[float], worse: list[float]) -> str:
-    """The paired difference better - worse over the seeds, in points, and whether it points the paper's way."""
-    mean, std = mean_std([100 * (b - w) for b, w in zip(better, worse)])
-    verdict = "agrees" if mean > 0 else "disagrees"
-    return f"{mean:+.1f} ± {std:.1f}, {verdict}" + (" (within seed noise)" if abs(mean) <= std else "")
+    """The paired difference better - worse over the seeds, in points, with its 95% interval: the claim is shown
+    where the interval lies above 0, its opposite where it lies below."""
+    return describe_difference(paired_difference(better, worse, scale=100), claimed=True)
 
 
 def results_table(results: dict[str, Any]) -> str:
@@ -353,26 +353,42 @@ def elapsed_seconds(output_dir: Path, add: float = 0.0) -> float:
 
 
 def write_results(cfg: ReproductionConfig, wall_seconds: float) -> dict[str, Any]:
-    """results.json (every seed's figures), results.md (the tables and the wall time) and the plots, in
-    ``output_dir``; copied to ``publish_dir`` and into ``results_page``'s section, where set."""
+    """results.json (every seed's figures), then ``publish``: the tables and plots."""
     output_dir = Path(cfg.output_dir)
     results = collect_results(cfg)
     results["wall_seconds"] = wall_seconds
-    runs = len(plan_runs(cfg, Path(".")))
-    table = results_table(results) + (f"\n{runs} runs, {cfg.parallel_runs} at a time, in {wall_seconds / 60:.0f} min "
-                                      "of wall time.\n")
     (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (output_dir / "results.md").write_text(table)
-    results["table"] = table
-    results["plots"] = [str(path) for path in plot_results(results, output_dir)]
-    if cfg.publish_dir:
-        publish = Path(cfg.publish_dir)
-        publish.mkdir(parents=True, exist_ok=True)
-        for path in [output_dir / "results.md", output_dir / "results.json", *map(Path, results["plots"])]:
-            shutil.copyfile(path, publish / path.name)
+    return publish(cfg, results, output_dir)
+
+
+def publish(cfg: ReproductionConfig, results: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """results.md (the tables and the wall time) and the plots, in ``folder`` beside its results.json; copied to
+    ``publish_dir`` and into ``results_page``'s section, where set. Returns ``results`` with the table and the plots'
+    paths."""
+    runs = len(plan_runs(cfg, Path(".")))
+    table = results_table(results) + (f"\n{runs} runs, {cfg.parallel_runs} at a time, in "
+                                      f"{results['wall_seconds'] / 60:.0f} min of wall time.\n")
+    (folder / "results.md").write_text(table)
+    results = {**results, "table": table, "plots": [str(path) for path in plot_results(results, folder)]}
+    if cfg.publish_dir and Path(cfg.publish_dir).resolve() != folder.resolve():
+        published = Path(cfg.publish_dir)
+        published.mkdir(parents=True, exist_ok=True)
+        for path in [folder / "results.md", folder / "results.json", *map(Path, results["plots"])]:
+            shutil.copyfile(path, published / path.name)
     if cfg.results_page:
-        replace_section(Path(cfg.results_page), output_dir.name, table)
+        replace_section(Path(cfg.results_page), Path(cfg.output_dir).name, table)
     return results
+
+
+def rewrite_tables(cfg: ReproductionConfig) -> dict[str, Any]:
+    """The tables, plots and page section written again from the published results.json (``publish_dir``, else
+    ``output_dir``), running nothing: for a change of how results are shown."""
+    folder = Path(cfg.publish_dir or cfg.output_dir)
+    path = folder / "results.json"
+    if not path.is_file():
+        raise ConfigError(f"tables_only=true rewrites the tables from {path}, which does not exist; run the "
+                          "experiment first (without tables_only)")
+    return publish(cfg, json.loads(path.read_text()), folder)
 
 
 def section_markers(name: str) -> tuple[str, str]:
@@ -401,9 +417,11 @@ def replace_section(page: Path, name: str, content: str) -> None:
 def reproduce(cfg: ReproductionConfig, repository: Path) -> dict[str, Any]:
     """The whole experiment: every run not yet finished (the recipes of ``repository``), then the tables and the
     plots."""
-    start = time.perf_counter()
     if cfg.results_page:
         check_section(Path(cfg.results_page), Path(cfg.output_dir).name)
+    if cfg.tables_only:
+        return rewrite_tables(cfg)
+    start = time.perf_counter()
     output_dir = claim_experiment(cfg)
     runs = plan_runs(cfg, repository)
     try:

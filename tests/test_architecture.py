@@ -14,8 +14,8 @@ PACKAGE = Path(__file__).parents[1] / "mpp"
 # later layer, never another unit of its own layer.
 LAYERS = (
     ("mpp.errors",),  # the errors every layer raises
-    ("mpp.config", "mpp.config_loading", "mpp.keyed_random", "mpp.private_apis"),  # typed configs; their loading
-    # from YAML and overrides; per-image random draws; the libraries' private APIs, one function each
+    ("mpp.config", "mpp.config_loading", "mpp.keyed_random", "mpp.metrics", "mpp.private_apis"),  # typed configs;
+    # their loading from YAML and overrides; per-image random draws; accuracy per class; the libraries' private APIs
     ("mpp.run",),  # what every run has: its accelerator, its directory, its start and end
     ("mpp.data", "mpp.models"),  # images in; the ViT and its objectives
     ("mpp.training", "mpp.evaluation"),  # the training loop; frozen-encoder protocols and pictures

@@ -13,7 +13,8 @@ from mpp.config import ClassifierConfig, TrainConfig
 from mpp.errors import ConfigError
 from mpp.models.classifier import ImageClassifier
 from mpp.models.encoder import create_encoder, pooled_features
-from mpp.training.classifier_training import top1_accuracy
+from mpp.metrics import class_scores
+from mpp.training.classifier_training import top1_hits
 from mpp.training.non_finite import NonFiniteGuard
 from mpp.training.optimizer import create_optimizer
 
@@ -75,13 +76,17 @@ class FixedLogits(torch.nn.Module):
         return type("Output", (), {"logits": torch.nn.functional.one_hot(images.long(), 3).float()})
 
 
-def test_top1_accuracy_counts_every_image_once():
+def test_top1_hits_count_every_image_once_in_its_class():
     accelerator = Accelerator(cpu=USE_CPU)
     predicted = torch.tensor([0, 1, 2, 2, 1, 0, 0])
     labels = torch.tensor([0, 1, 1, 2, 0, 0, 2])  # 4 of 7 right
     keys = torch.arange(7)
     loader = accelerator.prepare(DataLoader(list(zip(predicted, labels, keys)), batch_size=3))  # last batch uneven
-    assert top1_accuracy(accelerator, FixedLogits(), loader) == pytest.approx(4 / 7)
+    hits = top1_hits(accelerator, FixedLogits(), loader, 3)
+    assert hits.tolist() == [[2, 3], [1, 2], [1, 2]]  # per class: right, seen
+    scores = class_scores(hits, "test_")
+    assert scores["test_accuracy"] == pytest.approx(4 / 7)
+    assert scores["test_balanced_accuracy"] == pytest.approx((2 / 3 + 1 / 2 + 1 / 2) / 3)
 
 
 def test_supervised_and_fine_tuning_defaults_are_the_papers(tmp_path):

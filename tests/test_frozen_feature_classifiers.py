@@ -9,7 +9,7 @@ import torch
 
 from mpp.config import FewShotConfig, LinearProbeConfig
 from mpp.data.subsets import disjoint_per_class
-from mpp.evaluation.few_shot import few_shot_evaluation, ridge_accuracy
+from mpp.evaluation.few_shot import few_shot_evaluation, ridge_scores
 from mpp.evaluation.frozen_feature_classifiers import accuracy, knn_predictions, ridge_predictions, ridge_regressions
 from mpp.evaluation.linear_probe import linear_probe_evaluation
 
@@ -70,7 +70,8 @@ def test_knn_in_chunks_predicts_what_knn_in_one_piece_does():
 def test_the_linear_probe_separates_separable_features_and_stays_at_chance_on_random_labels():
     cfg = LinearProbeConfig(l2_grid=(0.0, 1e-2))
     result = linear_probe_evaluation(separable(400, seed=0), separable(400, seed=1), 4, cfg, seed=0)
-    assert result["test_accuracy"] > 0.98
+    assert result["test_accuracy"] > 0.98 and result["test_balanced_accuracy"] > 0.98
+    assert len(result["test_per_class_accuracy"]) == 4 and min(result["test_per_class_accuracy"]) > 0.9
     assert set(result["holdout_accuracy"]) == {"0", "0.01"} and result["chosen_l2"] in cfg.l2_grid
 
     generator = torch.Generator().manual_seed(3)
@@ -84,7 +85,8 @@ def test_the_penalty_is_the_one_best_on_the_holdout_slice():
     train, holdout, test = separable(12, seed=0), separable(200, seed=1), separable(200, seed=2)
     noisy = (holdout[0] + 6 * torch.randn(200, 16, generator=torch.Generator().manual_seed(4)), holdout[1])
     grid = [1e-3, 1.0, 1e3]
-    score, chosen = ridge_accuracy(train, noisy, test, 4, grid)
+    scores, chosen = ridge_scores(train, noisy, test, 4, grid)
+    score = scores["accuracy"]
     on_holdout = [accuracy(ridge_predictions(ridge_regressions(*train, 4, [l2])[0], noisy[0]), noisy[1]) for l2 in grid]
     assert chosen == grid[on_holdout.index(max(on_holdout))]
     assert score == accuracy(ridge_predictions(ridge_regressions(*train, 4, [chosen])[0], test[0]), test[1])
@@ -113,6 +115,7 @@ def test_few_shot_draws_shots_apart_from_the_holdout_slice_and_reports_every_see
     for result in results.values():
         assert len(result["per_seed"]) == len(result["chosen_l2"]) == 3
         assert result["mean"] > 0.95 and result["std"] == np.std(result["per_seed"], ddof=1)
+        assert result["balanced_mean"] > 0.95 and len(result["balanced_per_seed"]) == 3
     # One extraction, of at most (4 hold-out + 5 shots) x 4 classes x 3 seeds images, all distinct.
     assert len(requested) == 1 and len(requested[0]) <= 108 and len(requested[0].unique()) == len(requested[0])
 

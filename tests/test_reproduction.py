@@ -164,10 +164,12 @@ def test_an_experiment_continues_only_with_its_own_settings(tmp_path):
         claim_experiment(tiny_config(tmp_path, output_dir=str(tmp_path / "other")))
 
 
-def test_the_table_gives_mean_and_deviation_and_judges_each_claim_by_paired_differences():
+def example_results() -> dict:
+    """results.json of a two-seed experiment, with figures chosen so that each claim's interval can be worked out."""
+
     def row(label, finetune, few_shot, pretraining="mpp"):
         return {"label": label, "finetune_accuracy": finetune, "few_shot_accuracy": {"5": few_shot},
-                "pretraining": pretraining}
+                "pretraining": pretraining, "few_shot_during_pretraining": {}}
 
     rows = {"scratch": row("from scratch", [0.40, 0.50], [0.30, 0.30], None),
             "mpp-colour-50": row("MPP colour 50", [0.60, 0.62], [0.30, 0.32]),
@@ -178,8 +180,13 @@ def test_the_table_gives_mean_and_deviation_and_judges_each_claim_by_paired_diff
     pixels = {"few_shot_accuracy": {"5": [0.20, 0.22]}, "linear_probe_labelled": [0.70, 0.72],
               "linear_probe_all": [0.84], "knn_labelled": [0.60, 0.66], "knn_all": [0.85], "knn_k": 20,
               "labelled_images": 40, "all_images": 600}
-    table = results_table({"seeds": [0, 1], "rows": rows, "pixels": pixels, "supervised_test_accuracy": [0.9, 0.9],
-                           "labelled_per_class": 4, "claims": [dataclasses.asdict(claim) for claim in PAPER_CLAIMS]})
+    return {"seeds": [0, 1], "rows": rows, "pixels": pixels, "supervised_test_accuracy": [0.9, 0.9],
+            "labelled_per_class": 4, "claims": [dataclasses.asdict(claim) for claim in PAPER_CLAIMS],
+            "wall_seconds": 600.0}
+
+
+def test_the_table_gives_mean_and_deviation_and_judges_each_claim_by_its_95_percent_interval():
+    table = results_table(example_results())
     assert "| Starting point | Fine-tuned, 4 labels per class | 5-shot |" in table
     assert "| from scratch | 45.0 ± 7.1 | 30.0 ± 0.0 |" in table
     assert "| raw pixels, no encoder | — | 21.0 ± 1.4 |" in table
@@ -188,9 +195,30 @@ def test_the_table_gives_mean_and_deviation_and_judges_each_claim_by_paired_diff
     assert "| kNN on raw pixels (cosine), k=20 | 63.0 ± 4.2 | 85.0 ± 0.0 |" in table
     assert "supervised pre-training with its own head | 45.0 ± 7.1 | 90.0 ± 0.0 |" in table
     lines = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()}
-    assert "+16.0 ± 5.7, agrees |" in lines["MPP pre-training beats training from scratch"]  # pairs: +20, +12
-    assert "-9.0 ± 1.4, disagrees |" in lines["the mean-colour target beats L2 pixel regression"]
-    assert "+1.0 ± 12.7, agrees (within seed noise)" in lines["50% corruption beats 15%"]
+    # Pairs +20, +12: mean 16, sd 5.66, standard error 4, t(0.975, 1) = 12.71: 16 ± 50.8; t = 4, p = 1 - 2 atan(4) / pi.
+    assert "| +16.0 [-34.8, +66.8], not shown (p 0.16; 3 seeds would settle it) |" in lines[
+        "MPP pre-training beats training from scratch"]
+    # Pairs +20, +18: standard error 1, 19 ± 12.7; t = 19, p = 1 - 2 atan(19) / pi = 0.033.
+    assert "| +19.0 [+6.3, +31.7], shown (p 0.033) |" in lines["supervised pre-training beats MPP"]
+    assert "| -9.0 [-21.7, +3.7], not shown (p 0.07;" in lines["the mean-colour target beats L2 pixel regression"]
+
+
+def test_tables_only_rewrites_the_published_tables_plots_and_page_from_results_json(tmp_path):
+    published, page = tmp_path / "published", tmp_path / "results.md"
+    published.mkdir()
+    (published / "results.json").write_text(json.dumps(example_results()))
+    (published / "results.md").write_text("an old table\n")
+    page.write_text("# Title\n<!-- results: experiment -->\nold\n<!-- /results: experiment -->\n")
+    cfg = tiny_config(tmp_path, seeds=[0, 1], publish_dir=str(published), results_page=str(page), tables_only=True)
+    results = reproduce(cfg, ROOT)
+    table = (published / "results.md").read_text()
+    assert table == results["table"] and "| +19.0 [+6.3, +31.7], shown (p 0.033) |" in table
+    assert table.endswith(f"\n{len(plan_runs(cfg, ROOT))} runs, 2 at a time, in 10 min of wall time.\n")
+    assert f"<!-- results: experiment -->\n{table}<!-- /results: experiment -->" in page.read_text()
+    assert (published / "finetune_accuracy.png").read_bytes().startswith(b"\x89PNG")
+    assert not (tmp_path / "experiment").exists()  # nothing ran
+    with pytest.raises(ConfigError, match="run the experiment first"):
+        reproduce(tiny_config(tmp_path, tables_only=True), ROOT)
 
 
 @pytest.mark.slow

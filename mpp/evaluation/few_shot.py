@@ -21,28 +21,29 @@ from mpp.config import FewShotConfig, MonitorConfig, MPPMonitorConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.subsets import disjoint_per_class, shots_per_class
 from mpp.evaluation.frozen_feature_classifiers import accuracy, fitting_device, ridge_predictions, ridge_regressions
+from mpp.metrics import scores_of
 from mpp.models.encoder import BuiltOnEncoder, ImageEncoder
 
 DEFAULT_L2_GRID = FewShotConfig().l2_grid
 logger = logging.getLogger(__name__)
 
 
-def ridge_accuracy(
+def ridge_scores(
     train: tuple[torch.Tensor, torch.Tensor],
     holdout: tuple[torch.Tensor, torch.Tensor],
     test: tuple[torch.Tensor, torch.Tensor],
     num_classes: int,
     l2_grid: Sequence[float],
-) -> tuple[float, float]:
-    """(test accuracy, chosen penalty): the ridge regression fitted to ``train`` (features, labels) with each
-    penalty of ``l2_grid``, the one best on ``holdout`` (the smallest among ties) scored on ``test``; on
-    ``fitting_device``."""
+) -> tuple[dict[str, Any], float]:
+    """(test scores, chosen penalty): the ridge regression fitted to ``train`` (features, labels) with each penalty
+    of ``l2_grid``, the one best on ``holdout`` (the smallest among ties) scored on ``test`` (``mpp.metrics``:
+    accuracy, balanced and per-class accuracy); on ``fitting_device``."""
     device = fitting_device(train[0])
     train, holdout, test = ((values.to(device), classes.to(device)) for values, classes in (train, holdout, test))
     fits = ridge_regressions(*train, num_classes, l2_grid)
     scores = [accuracy(ridge_predictions(weights, holdout[0]), holdout[1]) for weights in fits]
     best = scores.index(max(scores))
-    return accuracy(ridge_predictions(fits[best], test[0]), test[1]), float(l2_grid[best])
+    return scores_of(ridge_predictions(fits[best], test[0]), test[1], num_classes), float(l2_grid[best])
 
 
 def few_shot_evaluation(
@@ -54,8 +55,8 @@ def few_shot_evaluation(
     seed: int,
     class_names: Sequence[str] = (),
 ) -> dict[str, dict]:
-    """Per k of ``cfg.shots``: test accuracy (mean and standard deviation over ``cfg.seeds`` draws) and each draw's
-    accuracy and chosen penalty. ``features_of(positions)`` gives the (features, labels) of those training images.
+    """Per k of ``cfg.shots``: test accuracy and balanced accuracy (mean and standard deviation over ``cfg.seeds``
+    draws) and each draw's, and its chosen penalty. ``features_of(positions)`` gives the (features, labels) of those training images.
 
     Each seed draws a hold-out slice of ``cfg.holdout_per_class`` images per class, then the shots from the rest."""
     draws = []
@@ -73,15 +74,15 @@ def few_shot_evaluation(
 
     results = {}
     for k in cfg.shots:
-        runs = [ridge_accuracy(rows(shots[k]), rows(holdout), test, num_classes, cfg.l2_grid)
+        runs = [ridge_scores(rows(shots[k]), rows(holdout), test, num_classes, cfg.l2_grid)
                 for holdout, shots in draws]
-        scores = [score for score, _ in runs]
-        results[str(k)] = {
-            "mean": statistics.fmean(scores),
-            "std": statistics.stdev(scores) if len(scores) > 1 else 0.0,
-            "per_seed": scores,
-            "chosen_l2": [l2 for _, l2 in runs],
-        }
+        results[str(k)] = {"chosen_l2": [l2 for _, l2 in runs]}
+        for name in ("accuracy", "balanced_accuracy"):
+            scores = [run[name] for run, _ in runs]
+            prefix = "" if name == "accuracy" else "balanced_"
+            results[str(k)] |= {f"{prefix}mean": statistics.fmean(scores),
+                                f"{prefix}std": statistics.stdev(scores) if len(scores) > 1 else 0.0,
+                                f"{prefix}per_seed": scores}
     return results
 
 
@@ -118,7 +119,7 @@ class FewShotMonitor:
         extractor.train(was_training)
         features = torch.cat(features)
         shots, holdout, test = ((features[a:b], self.labels[a:b]) for a, b in zip(self.bounds, self.bounds[1:]))
-        return ridge_accuracy(shots, holdout, test, self.num_classes, DEFAULT_L2_GRID)[0]
+        return ridge_scores(shots, holdout, test, self.num_classes, DEFAULT_L2_GRID)[0]["accuracy"]
 
     def __call__(self, step: int, images_seen: int) -> None:
         score = self.accuracy()

@@ -15,6 +15,7 @@ from torch import nn
 from mpp.config import LinearProbeConfig
 from mpp.data.subsets import holdout_split
 from mpp.evaluation.frozen_feature_classifiers import accuracy, fitting_device
+from mpp.metrics import scores_of
 
 
 class LinearProbe(nn.Module):
@@ -66,7 +67,7 @@ def linear_probe_evaluation(train: tuple[torch.Tensor, torch.Tensor], test: tupl
     chosen = cfg.l2_grid[scores.index(max(scores))]
     probe = train_linear_probe(features, labels, num_classes, chosen, cfg.max_iterations)
     return {
-        "test_accuracy": accuracy(probe(test[0]).argmax(dim=1), test[1]),
+        **scores_of(probe(test[0]).argmax(dim=1), test[1], num_classes, "test_"),
         "train_accuracy": accuracy(probe(features).argmax(dim=1), labels),
         "chosen_l2": chosen,
         "holdout_accuracy": holdout_accuracy,

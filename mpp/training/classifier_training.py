@@ -17,6 +17,7 @@ from mpp.data.loading import build_loader, prepare_loader
 from mpp.data.subsets import holdout_split
 from mpp.data.transforms import ImageView
 from mpp.errors import DataError
+from mpp.metrics import class_hits, class_scores
 from mpp.models.classifier import ImageClassifier
 from mpp.run.directory import SWEEP_DIR, read_metrics, write_metrics
 from mpp.run.session import Session, local_processes
@@ -27,36 +28,42 @@ logger = logging.getLogger(__name__)
 
 
 @torch.no_grad()
-def top1_accuracy(accelerator: Accelerator, model: torch.nn.Module, loader: DataLoader) -> float:
-    """Fraction of ``loader``'s images whose highest logit is their label. ``loader`` is prepared: each process
-    scores its share, and ``gather_for_metrics`` drops the samples repeated to even out the last batch."""
+def top1_hits(accelerator: Accelerator, model: torch.nn.Module, loader: DataLoader, num_classes: int
+              ) -> torch.Tensor:
+    """(K 2) per class: ``loader``'s images whose highest logit is their label, and the images (``mpp.metrics``).
+    ``loader`` is prepared: each process scores its share, and ``gather_for_metrics`` drops the samples repeated to
+    even out the last batch."""
     was_training = model.training
     model.eval()
-    hits = torch.zeros(2, device=accelerator.device)  # right, seen
+    hits = torch.zeros(num_classes, 2, dtype=torch.long, device=accelerator.device)
     for images, labels, keys in loader:
         with accelerator.autocast():  # a model accelerate did not prepare (the averaged weights) needs it too
             logits = model(images, labels, keys).logits
-        right = accelerator.gather_for_metrics(logits.argmax(dim=-1) == labels)
-        hits += torch.stack([right.sum(), torch.tensor(right.numel(), device=hits.device)])
+        predictions, labels = accelerator.gather_for_metrics((logits.argmax(dim=-1), labels))
+        hits += class_hits(predictions, labels, num_classes)
     model.train(was_training)
-    right, seen = hits.tolist()
-    return right / seen
+    return hits
 
 
-def score_classifier(trainer: Trainer, eval_set: Dataset, eval_name: str) -> dict[str, float]:
-    """``<eval_name>_accuracy`` of the classifier ``trainer`` trained (and ``..._averaged``, of its averaged
+def score_classifier(trainer: Trainer, eval_set: Dataset, eval_name: str) -> dict[str, Any]:
+    """``<eval_name>_accuracy``, ``..._balanced_accuracy`` and ``..._per_class_accuracy`` of the classifier
+    ``trainer`` trained (and ``<eval_name>_accuracy_averaged``, ``..._balanced_accuracy_averaged`` of its averaged
     weights), logged and sent to TensorBoard as ``eval/...``."""
     accelerator = trainer.session.accelerator
     loader = prepare_loader(accelerator, build_loader(eval_set, trainer.plan.micro_batch_size, trainer.run_config.data,
                                                       train=False, device_type=accelerator.device.type,
                                                       local_processes=local_processes(accelerator)))
-    scores = {f"{eval_name}_accuracy": top1_accuracy(accelerator, trainer.model, loader)}
+    num_classes = eval_set.num_classes
+    scores = class_scores(top1_hits(accelerator, trainer.model, loader, num_classes), f"{eval_name}_")
     if trainer.averaged is not None:
-        scores[f"{eval_name}_accuracy_averaged"] = top1_accuracy(accelerator, trainer.averaged.module, loader)
+        averaged = class_scores(top1_hits(accelerator, trainer.averaged.module, loader, num_classes), f"{eval_name}_")
+        scores |= {f"{eval_name}_{kind}_averaged": averaged[f"{eval_name}_{kind}"]
+                   for kind in ("accuracy", "balanced_accuracy")}
+    plain = {key: value for key, value in scores.items() if not isinstance(value, list)}
     images_seen = trainer.train_config.steps * trainer.plan.global_batch_size
-    accelerator.log({f"{trainer.log_prefix}eval/{key}": value for key, value in scores.items()}, step=images_seen)
+    accelerator.log({f"{trainer.log_prefix}eval/{key}": value for key, value in plain.items()}, step=images_seen)
     logger.info("%s%s on %d %s images", trainer.log_prefix,
-                ", ".join(f"{key} {value:.4f}" for key, value in scores.items()), len(eval_set), eval_name)
+                ", ".join(f"{key} {value:.4f}" for key, value in plain.items()), len(eval_set), eval_name)
     return scores
 
 

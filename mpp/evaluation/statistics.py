@@ -1,0 +1,126 @@
+"""Paired comparisons over seeds: the mean difference, its 95% Student t interval and two-sided p-value, and whether
+the interval shows the difference (excludes 0).
+
+Each seed pairs two results that share everything the seed decides (the labelled subset, the initialisation), so the
+differences are what vary; with n seeds the interval is mean ± t(0.975, n - 1) · sd / √n. The t distribution is
+computed here (its CDF through the regularised incomplete beta function), so the package needs no SciPy.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+MOST_SEEDS = 1000  # seeds_to_settle gives up beyond this
+
+
+def regularised_incomplete_beta(x: float, a: float, b: float) -> float:
+    """I_x(a, b) for 0 <= x <= 1 and a, b > 0, by its continued fraction (modified Lentz), which converges quickly
+    for x < (a + 1) / (a + b + 2); above that, by the symmetry I_x(a, b) = 1 - I_{1-x}(b, a)."""
+    if x <= 0.0 or x >= 1.0:
+        return max(0.0, min(1.0, x))
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - regularised_incomplete_beta(1.0 - x, b, a)
+    tiny, eps = 1e-300, 1e-15
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    fraction = d
+    for m in range(1, 500):
+        # The even and the odd step of the fraction's m-th pair of terms.
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            fraction *= c * d
+        if abs(c * d - 1.0) < eps:
+            break
+    return math.exp(log_front) * fraction / a
+
+
+def student_t_two_sided_p(t: float, df: float) -> float:
+    """P(|T| >= |t|) for T with ``df`` degrees of freedom."""
+    return regularised_incomplete_beta(df / (df + t * t), df / 2, 0.5)
+
+
+def student_t_quantile(probability: float, df: float) -> float:
+    """The t with P(T <= t) = ``probability`` (>= 0.5), by bisection on the two-sided p-value."""
+    if not 0.5 <= probability < 1.0:
+        raise ValueError(f"probability {probability} must lie in [0.5, 1)")
+    low, high = 0.0, 1.0
+    while student_t_two_sided_p(high, df) > 2 * (1 - probability):
+        high *= 2
+    for _ in range(200):
+        middle = (low + high) / 2
+        low, high = (middle, high) if student_t_two_sided_p(middle, df) > 2 * (1 - probability) else (low, middle)
+    return (low + high) / 2
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """``better`` - ``worse`` over n paired seeds, in the units of the values given."""
+
+    mean: float
+    sd: float  # of the differences
+    n: int
+    low: float  # the 95% interval of the mean difference (equal to the mean where n < 2)
+    high: float
+    p_value: Optional[float]  # two-sided, against no difference; None where it cannot be computed (n < 2, sd = 0)
+    seeds_to_settle: Optional[int]  # seeds at which this mean and spread would give an interval excluding 0
+
+    @property
+    def shown(self) -> bool:
+        """The interval excludes 0 (and there are at least two seeds to make one)."""
+        return self.n >= 2 and (self.low > 0 or self.high < 0)
+
+
+def interval_half_width(sd: float, n: int, confidence: float = 0.95) -> float:
+    return student_t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
+
+
+def paired_difference(better: Sequence[float], worse: Sequence[float], scale: float = 1.0) -> PairedDifference:
+    """The paired difference of two results per seed (``scale`` multiplies them first: 100 for points)."""
+    if len(better) != len(worse) or not better:
+        raise ValueError(f"paired results need as many values on each side, at least one: {len(better)}, "
+                         f"{len(worse)}")
+    differences = [scale * (b - w) for b, w in zip(better, worse)]
+    n, mean = len(differences), statistics.fmean(differences)
+    if n < 2:
+        return PairedDifference(mean, 0.0, n, mean, mean, None, None)
+    sd = statistics.stdev(differences)
+    if sd == 0:  # every seed agrees exactly: no spread to test against
+        return PairedDifference(mean, sd, n, mean, mean, None if mean == 0 else 0.0, None if mean == 0 else n)
+    half = interval_half_width(sd, n)
+    p_value = student_t_two_sided_p(mean / (sd / math.sqrt(n)), n - 1)
+    return PairedDifference(mean, sd, n, mean - half, mean + half, p_value, seeds_to_settle(mean, sd))
+
+
+def seeds_to_settle(mean: float, sd: float) -> Optional[int]:
+    """The fewest seeds (at least 2) whose 95% interval, at this mean and spread, would exclude 0; None beyond
+    ``MOST_SEEDS`` or for a mean of 0."""
+    if mean == 0:
+        return None
+    for n in range(2, MOST_SEEDS + 1):
+        if interval_half_width(sd, n) < abs(mean):
+            return n
+    return None
+
+
+def describe_difference(difference: PairedDifference, claimed: bool = False) -> str:
+    """One table cell: "+3.2 [+1.0, +5.4], shown (p 0.012)" or "+2.2 [-1.3, +5.7], not shown (p 0.18; 9 seeds would
+    settle it)". Where a claim says the difference is positive (``claimed``), one shown below 0 is "the opposite
+    shown"."""
+    said = f"{difference.mean:+.1f}"
+    if difference.n < 2:
+        return f"{said}, one seed: no interval"
+    said += f" [{difference.low:+.1f}, {difference.high:+.1f}]"
+    p = "" if difference.p_value is None else f"p {difference.p_value:.2g}"
+    if difference.shown:
+        return f"{said}, {'the opposite ' if claimed and difference.mean < 0 else ''}shown ({p})"
+    settle = (f"{difference.seeds_to_settle} seeds would settle it" if difference.seeds_to_settle
+              else f"more than {MOST_SEEDS} seeds would not settle it")
+    return f"{said}, not shown ({'; '.join(part for part in (p, settle) if part)})"

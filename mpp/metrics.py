@@ -1,0 +1,43 @@
+"""Classification scores that imbalanced data needs: accuracy, balanced accuracy (the mean of the per-class
+accuracies, which always answering the largest class cannot lift above 1 / classes) and each class's accuracy.
+
+Counts are summed on the device, one (K 2) tensor per batch, and read once at the end.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def class_hits(predictions: torch.Tensor, labels: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """(K 2) int64: per class, the images predicted right and the images seen, of these (n) predictions and labels.
+    One-hot sums, not bincount: the same static shapes whatever the labels, on every backend."""
+    seen = F.one_hot(labels, num_classes)  # (n K)
+    return torch.stack([(seen * (predictions == labels)[:, None]).sum(dim=0), seen.sum(dim=0)], dim=1)
+
+
+def class_scores(hits: torch.Tensor, prefix: str = "") -> dict[str, float | list[float | None]]:
+    """``class_hits`` (summed over batches) -> ``<prefix>accuracy``, ``<prefix>balanced_accuracy`` (over the classes
+    seen) and ``<prefix>per_class_accuracy`` (None for a class not seen)."""
+    right, seen = hits.double().cpu().unbind(dim=1)
+    per_class = [r / s if s else None for r, s in zip(right.tolist(), seen.tolist())]
+    present = [value for value in per_class if value is not None]
+    return {
+        f"{prefix}accuracy": right.sum().item() / seen.sum().item() if seen.sum() else math.nan,
+        f"{prefix}balanced_accuracy": sum(present) / len(present) if present else math.nan,
+        f"{prefix}per_class_accuracy": per_class,
+    }
+
+
+def scores_of(predictions: torch.Tensor, labels: torch.Tensor, num_classes: int, prefix: str = ""
+              ) -> dict[str, float | list[float | None]]:
+    """``class_scores`` of one set of (n) predictions."""
+    return class_scores(class_hits(predictions, labels, num_classes), prefix)
+
+
+def majority_class_accuracy(labels: torch.Tensor) -> float:
+    """The accuracy of always answering the most frequent class of these (n) labels: what a classifier must beat."""
+    return torch.bincount(labels).max().item() / len(labels)
