@@ -595,3 +595,41 @@ class ReproductionConfig:
             if not Path(getattr(self, name)).is_file():
                 raise ConfigError(f"{name}={getattr(self, name)} does not exist; give a preset from recipes/configs/ "
                                   "(paths are relative to the current directory)")
+
+
+@dataclass
+class PretrainingCurveConfig:
+    """recipes/pretraining_curve.py: frozen-feature quality as MPP pre-training grows. One MPP run per seed, of
+    ``max(epochs)`` epochs, checkpointed every epoch; the encoder at initialisation and at each checkpoint of
+    ``epochs`` read by the linear probe on every training label and by few-shot regression. Each list holds
+    ``key=value`` overrides of the stage presets."""
+
+    output_dir: str = "runs/pretraining-curve"
+    seeds: tuple[int, ...] = (0, 1, 2)
+    parallel_runs: int = 1  # runs at once; on a CPU they share its cores equally
+    launcher: tuple[str, ...] = ()  # the command each run's script follows; empty: python
+    mpp_preset: str = "recipes/configs/mpp_fashion_mnist_cpu.yaml"
+    eval_preset: str = "recipes/configs/eval_fashion_mnist_cpu.yaml"
+    data: tuple[str, ...] = ()  # every run
+    encoder: tuple[str, ...] = ()  # every run: the encoder (model.*)
+    mpp: tuple[str, ...] = ()  # the pre-training runs (train.*, mpp.*; train.steps and checkpointing are set here)
+    epochs: tuple[int, ...] = (1, 2, 4, 8, 16)  # the checkpoints read, besides the encoder at initialisation
+    features: Pooling = "avg"  # what the frozen protocols read: MPP trains the patch tokens, not the [class] token
+    few_shot: tuple[str, ...] = ()
+    linear_probe: tuple[str, ...] = ()
+    publish_dir: str = ""  # as in ReproductionConfig
+    results_page: str = ""
+    tables_only: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"seeds={list(self.seeds)} must list at least one seed, each once")
+        if self.parallel_runs < 1:
+            raise ConfigError(f"parallel_runs={self.parallel_runs} must be at least 1")
+        if not self.epochs or list(self.epochs) != sorted(set(self.epochs)) or self.epochs[0] < 1:
+            raise ConfigError(f"epochs={list(self.epochs)} must list whole epochs from 1 up, each once, in order")
+        for name in ("mpp_preset", "eval_preset"):
+            if not Path(getattr(self, name)).is_file():
+                raise ConfigError(f"{name}={getattr(self, name)} does not exist; give a preset from recipes/configs/ "
+                                  "(paths are relative to the current directory)")
+

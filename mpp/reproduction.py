@@ -77,20 +77,14 @@ def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
     pre-training: the longest of them (logistic regression on every image) then runs beside pre-training, not alone at
     the end."""
     output_dir = Path(cfg.output_dir)
-    launcher = list(cfg.launcher) or [sys.executable]
-    threads = max(1, len(os.sched_getaffinity(0)) // cfg.parallel_runs) if not torch.cuda.is_available() else 0
     presets = {"mpp": cfg.mpp_preset, "supervised": cfg.supervised_preset, "finetune": cfg.finetune_preset,
                **dict.fromkeys(EVALUATIONS, cfg.eval_preset)}
     overrides = {"mpp": (*cfg.pretraining, *cfg.mpp), "supervised": cfg.pretraining, "finetune": cfg.finetune,
                  "few_shot": cfg.few_shot, "linear_probe": cfg.linear_probe, "knn": cfg.knn}
 
     def command(script: str, name: str, seed: int, *extra: str) -> tuple[str, ...]:
-        cpu = [f"{'eval' if script in EVALUATIONS else 'train'}.cpu_threads={threads}"] if threads else []
-        # A training run continues from its checkpoints; an evaluation has none and starts again.
-        again = "overwrite=true" if script in EVALUATIONS else "resume=auto"
-        return (*launcher, str(repository / SCRIPTS[script]), "--config", presets[script], *cfg.data,
-                *cfg.encoder, *overrides[script], *extra, *cpu, f"seed={seed}", f"output_dir={output_dir / name}",
-                again)
+        return recipe_command(cfg, repository, script, presets[script], (*cfg.data, *cfg.encoder, *overrides[script],
+                                                                         *extra), seed, output_dir / name)
 
     pretraining, evaluation, baselines = [], [], []
     labelled = labelled_images_per_class(cfg)
@@ -113,6 +107,19 @@ def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
                 extra = (pixels, f"data.shots_per_class={per_class}", f"data.subset_seed={seed}")
                 baselines.append(Run(name, "baseline", command(script, name, seed, *extra), None))
     return baselines + pretraining + evaluation
+
+
+def recipe_command(cfg: Any, repository: Path, script: str, preset: str, overrides: tuple[str, ...], seed: int,
+                   run_dir: Path) -> tuple[str, ...]:
+    """The command line of one run of an experiment ``cfg`` (its ``launcher`` and ``parallel_runs``): ``script``
+    of ``repository`` with its preset and overrides; on a CPU, each run gets its share of the cores."""
+    launcher = list(cfg.launcher) or [sys.executable]
+    threads = max(1, len(os.sched_getaffinity(0)) // cfg.parallel_runs) if not torch.cuda.is_available() else 0
+    cpu = [f"{'eval' if script in EVALUATIONS else 'train'}.cpu_threads={threads}"] if threads else []
+    # A training run continues from its checkpoints; an evaluation has none and starts again.
+    again = "overwrite=true" if script in EVALUATIONS else "resume=auto"
+    return (*launcher, str(repository / SCRIPTS[script]), "--config", preset, *overrides, *cpu, f"seed={seed}",
+            f"output_dir={run_dir}", again)
 
 
 class RunFailed(RunError):

@@ -20,6 +20,7 @@ LAYERS = (
     ("mpp.data", "mpp.models"),  # images in; the ViT and its objectives
     ("mpp.training", "mpp.evaluation"),  # the training loop; frozen-encoder protocols and pictures
     ("mpp.command_line", "mpp.reproduction"),  # what entry points share; the experiment over the recipes
+    ("mpp.pretraining_curve",),  # an experiment of its own on the reproduction's runner
     ("mpp.benchmark",),  # tools beside the library: nothing imports them
 )
 

@@ -17,7 +17,8 @@ from mpp.config_loading import build_config, config_keys, config_to_dict, parse_
 from mpp.errors import ConfigError
 
 PRESETS = sorted(path for path in (Path(__file__).parents[1] / "recipes" / "configs").glob("*.yaml")
-                 if not path.stem.startswith("reproduce_"))  # those plan runs of these: test_reproduction.py
+                 if not path.stem.startswith(("reproduce_", "curve_")))  # experiments: test_reproduction.py,
+# test_pretraining_curve.py
 
 
 def test_dotted_overrides_are_typed_by_the_field():

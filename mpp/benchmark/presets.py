@@ -31,7 +31,14 @@ import torch
 import yaml
 
 from mpp.benchmark.training_step import measure_interleaved
-from mpp.config import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig, ReproductionConfig, SupervisedRunConfig
+from mpp.config import (
+    FewShotRunConfig,
+    FinetuneRunConfig,
+    MPPRunConfig,
+    PretrainingCurveConfig,
+    ReproductionConfig,
+    SupervisedRunConfig,
+)
 from mpp.config_loading import build_config
 from mpp.models.encoder import count_parameters, create_encoder
 from mpp.run.directory import write_whole
@@ -126,21 +133,35 @@ def preset_row(preset: Path, max_tokens: int, estimate_batch: int, repeats: int,
                      step_time, peak, header_field(text, "Reaches"))
 
 
-def reproduction_row(preset: Path) -> str:
-    run = build_config(ReproductionConfig, preset)
+EXPERIMENTS = {"reproduce": ReproductionConfig, "curve": PretrainingCurveConfig}  # presets of whole experiments
+
+
+def is_experiment(preset: Path) -> bool:
+    return preset.stem.split("_")[0] in EXPERIMENTS
+
+
+def mean_and_sd(values: list[float]) -> str:
+    return f"{100 * statistics.fmean(values):.1f} ± {100 * statistics.stdev(values):.1f}%"
+
+
+def experiment_row(preset: Path) -> str:
+    kind = preset.stem.split("_")[0]
+    run = build_config(EXPERIMENTS[kind], preset)
     results = Path("results") / Path(run.output_dir).name / "results.json"
     purpose = header_field(preset.read_text(), "For")
     if not results.is_file():
         return f"| `{preset.name}` | {purpose} | {len(run.seeds)} | not run | - |"
     measured = json.loads(results.read_text())
-    rows = measured["rows"]
-    finetuned = "; ".join(f"{row['label']}: {100 * statistics.fmean(row['finetune_accuracy']):.1f} ± "
-                          f"{100 * statistics.stdev(row['finetune_accuracy']):.1f}%"
-                          for key, row in rows.items() if key in ("scratch", "mpp-colour-50", "supervised"))
+    if kind == "curve":
+        ends = {epochs: measured["curve"][epochs]["linear_probe"] for epochs in ("0", list(measured["curve"])[-1])}
+        summary = ("linear probe accuracy, mean ± SD over the seeds: "
+                   + "; ".join(f"{epochs} epochs: {mean_and_sd(values)}" for epochs, values in ends.items()))
+    else:
+        summary = "fine-tuned test accuracy, mean ± SD over the seeds: " + "; ".join(
+            f"{row['label']}: {mean_and_sd(row['finetune_accuracy'])}" for key, row in measured["rows"].items()
+            if key in ("scratch", "mpp-colour-50", "supervised"))
     return (f"| `{preset.name}` | {purpose} | {len(measured['seeds'])} | "
-            f"{measured['wall_seconds'] / 60:.0f} min | fine-tuned test accuracy, mean ± SD over the seeds: "
-            f"{finetuned} "
-            f"([`{results}`](../{results})) |")
+            f"{measured['wall_seconds'] / 60:.0f} min | {summary} ([`{results}`](../{results})) |")
 
 
 def page(rows: list[PresetRow], reproductions: list[str], command: str) -> str:
@@ -165,9 +186,10 @@ at.
 
 ## Reproductions
 
-`python recipes/reproduce.py --config recipes/configs/<preset>` runs a grid of the presets above over seeds
-([Results](results.md)); the wall time is that of the whole grid on this project's 2-core machine, from its
-`results.json`.
+`python recipes/reproduce.py --config recipes/configs/reproduce_<preset>` runs a grid of the presets above over
+seeds, and `python recipes/pretraining_curve.py --config recipes/configs/curve_<preset>` reads MPP's encoder frozen
+as its pre-training grows ([Results](results.md)); the wall time is that of the whole experiment on this project's
+2-core machine, from its `results.json`.
 
 | Preset | What it is | Seeds | Wall time | What it measured |
 | --- | --- | ---: | ---: | --- |
@@ -190,8 +212,8 @@ def main(argv: list[str] | None = None) -> str:
     presets = sorted(args.configs.glob("*.yaml"))
     rows = [preset_row(preset, args.max_tokens, args.estimate_batch, args.repeats,
                        timed=not args.only or preset.stem in args.only)
-            for preset in presets if not preset.stem.startswith("reproduce_")]
-    reproductions = [reproduction_row(preset) for preset in presets if preset.stem.startswith("reproduce_")]
+            for preset in presets if not is_experiment(preset)]
+    reproductions = [experiment_row(preset) for preset in presets if is_experiment(preset)]
     command = "python -m mpp.benchmark.presets --out docs/presets.md"
     text = page(rows, reproductions, command)
     if args.out:

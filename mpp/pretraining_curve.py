@@ -1,0 +1,212 @@
+"""Frozen-feature quality as MPP pre-training grows: the first thing a reader asks of a self-supervised method.
+
+Per seed, one MPP pre-training run of ``max(epochs)`` epochs keeps a checkpoint at every epoch; the encoder at
+initialisation (the same seed's random encoder) and at each epoch of ``epochs`` are read frozen, by the linear probe
+fitted to every training label and by few-shot ridge regression, through ``features`` (by default the mean of the
+patch tokens, which MPP trains). The raw pixels are read the same way once, as the reference. The gain over
+initialisation at each length is a paired difference over the seeds with its 95% interval.
+
+The runs are those of the reproduction (``mpp.reproduction``): subprocesses of the recipes, continued by running the
+same command again, with ``tables_only`` to rewrite the tables from results.json.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from mpp.config import MPPRunConfig, PretrainingCurveConfig
+from mpp.config_loading import build_config
+from mpp.data.loading import build_dataset
+from mpp.errors import ConfigError
+from mpp.evaluation.statistics import describe_difference, paired_difference
+from mpp.reproduction import (
+    Run,
+    check_section,
+    claim_experiment,
+    elapsed_seconds,
+    execute,
+    percent,
+    recipe_command,
+    replace_section,
+)
+from mpp.models.encoder import create_encoder
+from mpp.run.directory import read_metrics
+from mpp.training.checkpoint import checkpoint_path
+
+logger = logging.getLogger(__name__)
+PIXELS = "pixels"
+MODEL_FILE = "model.safetensors"  # the model's weights in an accelerate checkpoint
+
+
+def steps_per_epoch(cfg: PretrainingCurveConfig) -> int:
+    """Optimizer steps in one pass over the pre-training images (whole batches only, as the loader draws them)."""
+    run = build_config(MPPRunConfig, cfg.mpp_preset, (*cfg.data, *cfg.encoder, *cfg.mpp))
+    image_size = create_encoder(run.model).patch_embed.img_size[0]
+    images = len(build_dataset(run.data, "train", image_size, run.model.in_chans, augment=False))
+    if images < run.train.global_batch_size:
+        raise ConfigError(f"the pre-training data holds {images} images, fewer than one batch of "
+                          f"{run.train.global_batch_size}")
+    return images // run.train.global_batch_size
+
+
+def lengths(cfg: PretrainingCurveConfig) -> list[int]:
+    """The pre-training lengths read, in epochs: 0 (initialisation), then ``epochs``."""
+    return [0, *cfg.epochs]
+
+
+def plan_runs(cfg: PretrainingCurveConfig, repository: Path, epoch_steps: int) -> list[Run]:
+    """Per seed: the pre-training run, then a linear probe and a few-shot run of the encoder at each length; the
+    raw-pixel references once. Every evaluation of one encoder shares a feature cache."""
+    output_dir = Path(cfg.output_dir)
+    cache = f"eval.feature_cache={output_dir / 'feature-cache'}"
+    last = cfg.epochs[-1]
+    pretraining = (*cfg.data, *cfg.encoder, *cfg.mpp, f"train.steps={last * epoch_steps}",
+                   f"train.checkpoint_every={epoch_steps}", f"train.keep_checkpoints={last + 1}",
+                   "monitor.few_shot_every=0", "monitor.mosaic_every=0", "monitor.final_few_shot_draws=0")
+    evaluations = {"linear_probe": ("probe", cfg.linear_probe), "few_shot": ("few_shot", cfg.few_shot)}
+
+    def evaluation(script: str, name: str, seed: int, after: str | None, *extra: str) -> Run:
+        stage, overrides = evaluations[script]
+        folder = f"{stage}/{name}-seed{seed}"
+        command = recipe_command(cfg, repository, script, cfg.eval_preset, (*cfg.data, *cfg.encoder, *overrides,
+                                 cache, *extra), seed, output_dir / folder)
+        return Run(folder, stage, command, after)
+
+    first = cfg.seeds[0]
+    runs = [evaluation(script, PIXELS, first, None, "eval.features=pixels") for script in evaluations]
+    for seed in cfg.seeds:
+        source = f"pretrain/mpp-seed{seed}"
+        runs.append(Run(source, "pretrain", recipe_command(cfg, repository, "mpp", cfg.mpp_preset, pretraining, seed,
+                                                           output_dir / source), None))
+        for epochs in lengths(cfg):
+            checkpoint = checkpoint_path(output_dir / source, epochs * epoch_steps)
+            init = (f"init={checkpoint / MODEL_FILE}",) if epochs else ()
+            for script in evaluations:
+                runs.append(evaluation(script, f"epoch{epochs}", seed, source if epochs else None,
+                                       f"eval.features={cfg.features}", *init))
+    return runs
+
+
+def collect_results(cfg: PretrainingCurveConfig) -> dict[str, Any]:
+    """Per length: each seed's linear-probe accuracy and balanced accuracy and few-shot accuracy per number of
+    shots; the raw pixels' once."""
+    output_dir = Path(cfg.output_dir)
+
+    def scores(name: str, seed: int) -> dict[str, Any]:
+        probe = read_metrics(output_dir / f"probe/{name}-seed{seed}")["linear_probe"]
+        few_shot = read_metrics(output_dir / f"few_shot/{name}-seed{seed}")["few_shot"]
+        return {"linear_probe": probe["test_accuracy"], "linear_probe_balanced": probe["test_balanced_accuracy"],
+                **{f"{k}-shot": result["mean"] for k, result in few_shot.items()}}
+
+    curve = {}
+    for epochs in lengths(cfg):
+        per_seed = [scores(f"epoch{epochs}", seed) for seed in cfg.seeds]
+        curve[str(epochs)] = {measure: [run[measure] for run in per_seed] for measure in per_seed[0]}
+    pixels = scores(PIXELS, cfg.seeds[0])
+    classes = len(read_metrics(output_dir / f"probe/{PIXELS}-seed{cfg.seeds[0]}")["linear_probe"]
+                  ["test_per_class_accuracy"])
+    return {"seeds": list(cfg.seeds), "features": cfg.features, "curve": curve, "pixels": pixels,
+            "classes": classes}
+
+
+MEASURES = {"linear_probe": "linear probe, all labels", "linear_probe_balanced": "its balanced accuracy"}
+
+
+def measure_label(measure: str) -> str:
+    return MEASURES.get(measure, measure)
+
+
+def curve_table(results: dict[str, Any]) -> str:
+    """Markdown: every length's figures (mean ± standard deviation over the seeds, in %), the raw pixels', and the
+    gain of each length over initialisation with its 95% interval."""
+    curve, pixels = results["curve"], results["pixels"]
+    measures = list(next(iter(curve.values())))
+    header = "| " + " | ".join(measure_label(measure) for measure in measures) + " |"
+    lines = [f"| MPP pre-training ({len(results['seeds'])} seeds, {results['features']} features) {header}",
+             "|---|" + "---:|" * len(measures)]
+    for epochs, figures in curve.items():
+        name = "none (initialisation)" if epochs == "0" else f"{epochs} epoch{'s' if epochs != '1' else ''}"
+        lines.append(f"| {name} | " + " | ".join(percent(figures[measure]) for measure in measures) + " |")
+    lines.append("| raw pixels, no encoder | " + " | ".join(f"{100 * pixels[measure]:.1f}" for measure in measures)
+                 + " |")
+    lines += ["", f"| Gain over initialisation, points {header}", "|---|" + "---|" * len(measures)]
+    for epochs, figures in list(curve.items())[1:]:
+        cells = [describe_difference(paired_difference(figures[measure], curve["0"][measure], scale=100),
+                                     claimed=True) for measure in measures]
+        lines.append(f"| {epochs} epochs | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_curve(results: dict[str, Any], path: Path) -> Path:
+    """Accuracy against pre-training length (each seed a dot, the mean a line), the raw pixels' as dashed lines and
+    chance dotted; the accuracy axis starts at 0."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curve = results["curve"]
+    lengths_read = list(curve)
+    figure, axes = plt.subplots(figsize=(7, 3.8), layout="constrained")
+    for index, measure in enumerate(next(iter(curve.values()))):
+        colour = f"C{index}"
+        means = [100 * sum(curve[epochs][measure]) / len(curve[epochs][measure]) for epochs in lengths_read]
+        axes.plot(range(len(lengths_read)), means, marker="o", color=colour, label=measure_label(measure))
+        for position, epochs in enumerate(lengths_read):
+            axes.plot([position] * len(curve[epochs][measure]), [100 * value for value in curve[epochs][measure]],
+                      ".", color=colour, markersize=4)
+        axes.axhline(100 * results["pixels"][measure], color=colour, linestyle="--", linewidth=0.8)
+    axes.axhline(100 / results["classes"], color="k", linestyle=":", linewidth=0.8, label="chance")
+    axes.plot([], [], "k--", linewidth=0.8, label="raw pixels (each measure's colour)")
+    axes.set_xticks(range(len(lengths_read)), lengths_read)
+    axes.set_xlabel("MPP pre-training, epochs (0: the encoder at initialisation)")
+    axes.set_ylabel("test accuracy (%)")
+    axes.set_ylim(0, 100)
+    axes.legend(fontsize="small", loc="lower right")
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+def publish(cfg: PretrainingCurveConfig, results: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """results.md and the plot beside results.json in ``folder``, and into ``publish_dir`` and ``results_page``."""
+    table = curve_table(results) + f"\n{len(plan_runs(cfg, Path('.'), 1))} runs, {cfg.parallel_runs} at a time, " \
+                                   f"in {results['wall_seconds'] / 60:.0f} min of wall time.\n"
+    (folder / "results.md").write_text(table)
+    plot = plot_curve(results, folder / "pretraining_curve.png")
+    if cfg.publish_dir and Path(cfg.publish_dir).resolve() != folder.resolve():
+        published = Path(cfg.publish_dir)
+        published.mkdir(parents=True, exist_ok=True)
+        for path in (folder / "results.md", folder / "results.json", plot):
+            shutil.copyfile(path, published / path.name)
+    if cfg.results_page:
+        replace_section(Path(cfg.results_page), Path(cfg.output_dir).name, table)
+    return {**results, "table": table, "plot": str(plot)}
+
+
+def pretraining_curve(cfg: PretrainingCurveConfig, repository: Path) -> dict[str, Any]:
+    """Every run not yet finished (the recipes of ``repository``), then the table and the plot."""
+    if cfg.results_page:
+        check_section(Path(cfg.results_page), Path(cfg.output_dir).name)
+    if cfg.tables_only:
+        folder = Path(cfg.publish_dir or cfg.output_dir)
+        return publish(cfg, json.loads((folder / "results.json").read_text()), folder)
+    start = time.perf_counter()
+    output_dir = claim_experiment(cfg)
+    epoch_steps = steps_per_epoch(cfg)
+    logger.info("%d steps per epoch; checkpoints read at epochs %s", epoch_steps, list(cfg.epochs))
+    try:
+        execute(plan_runs(cfg, repository, epoch_steps), output_dir, cfg.parallel_runs)
+    finally:
+        wall_seconds = elapsed_seconds(output_dir, time.perf_counter() - start)
+    results = collect_results(cfg) | {"wall_seconds": wall_seconds, "steps_per_epoch": epoch_steps}
+    (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    results = publish(cfg, results, output_dir)
+    logger.info("results in %s; %.1f minutes of wall time\n%s", output_dir / "results.md", wall_seconds / 60,
+                results["table"])
+    return results

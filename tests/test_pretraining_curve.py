@@ -1,0 +1,103 @@
+"""The pre-training curve (recipes/pretraining_curve.py): the runs it plans (one MPP run per seed, every length read
+from that run's checkpoints, the raw pixels once), the table it writes from results.json (gains over initialisation
+with 95% intervals), and the whole experiment end to end on tiny runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mpp.config import LinearProbeRunConfig, FewShotRunConfig, MPPRunConfig, PretrainingCurveConfig
+from mpp.config_loading import build_config
+from mpp.errors import ConfigError
+from mpp.pretraining_curve import curve_table, plan_runs, pretraining_curve, steps_per_epoch
+from tests.launching import ROOT
+
+CONFIGS = ROOT / "recipes" / "configs"
+RECIPE_CONFIGS = {"mpp.py": MPPRunConfig, "few_shot.py": FewShotRunConfig, "linear_probe.py": LinearProbeRunConfig}
+TINY = {  # 40 shapes images (4 per class), a one-block ViT on 16x16 images, batches of 8: 5 steps an epoch
+    "mpp_preset": str(CONFIGS / "mpp_tiny_cpu.yaml"), "eval_preset": str(CONFIGS / "eval_tiny_cpu.yaml"),
+    "data": ["data.shots_per_class=4"],
+    "encoder": ["model.img_size=16", "model.embed_dim=16", "model.depth=1", "model.num_heads=2"],
+    "mpp": ["train.global_batch_size=8", "train.warmup_steps=1", "train.log_every=5", "mpp.downsampled_size=2"],
+    "epochs": [1, 2], "few_shot": ["few_shot.shots=[1]", "few_shot.seeds=2", "few_shot.holdout_per_class=1"],
+    "linear_probe": ["linear_probe.max_iterations=5"], "parallel_runs": 2,
+}
+
+
+def tiny_config(tmp_path: Path, **changes) -> PretrainingCurveConfig:
+    preset = tmp_path / "curve.yaml"
+    preset.write_text(yaml.safe_dump({**TINY, "output_dir": str(tmp_path / "curve"), **changes}))
+    return build_config(PretrainingCurveConfig, preset)
+
+
+def test_one_pre_training_run_per_seed_is_read_at_initialisation_and_at_each_epochs_checkpoint(tmp_path):
+    cfg = tiny_config(tmp_path, seeds=[3, 7])
+    assert steps_per_epoch(cfg) == 5
+    runs = {run.name: run for run in plan_runs(cfg, ROOT, 5)}
+    assert len(runs) == 2 + 2 * (1 + 2 * 3)  # the pixels twice; per seed: pre-training, 2 protocols x 3 lengths
+    for seed in (3, 7):
+        pretraining = build_config(MPPRunConfig, runs[f"pretrain/mpp-seed{seed}"].command[3],
+                                   runs[f"pretrain/mpp-seed{seed}"].command[4:])
+        assert (pretraining.train.steps, pretraining.train.checkpoint_every) == (10, 5)  # 2 epochs, one a checkpoint
+        assert pretraining.train.keep_checkpoints >= 2 and pretraining.monitor.few_shot_every == 0
+        for stage in ("probe", "few_shot"):
+            assert runs[f"{stage}/epoch0-seed{seed}"].after is None
+            for epochs in (1, 2):
+                run = runs[f"{stage}/epoch{epochs}-seed{seed}"]
+                assert run.after == f"pretrain/mpp-seed{seed}"
+                assert f"init={cfg.output_dir}/pretrain/mpp-seed{seed}/checkpoints/step_{5 * epochs:08d}/" \
+                       "model.safetensors" in run.command
+    for run in runs.values():  # every command is a valid command line of its recipe
+        config = build_config(RECIPE_CONFIGS[Path(run.command[1]).name], run.command[3], run.command[4:])
+        assert config.output_dir == f"{cfg.output_dir}/{run.name}"
+        if run.stage != "pretrain":
+            assert config.eval.features == ("pixels" if "pixels" in run.name else "avg")
+            assert config.eval.feature_cache == f"{cfg.output_dir}/feature-cache"
+    with pytest.raises(ConfigError, match="epochs=\\[2, 1\\] must list whole epochs"):
+        tiny_config(tmp_path, epochs=[2, 1])
+
+
+def test_the_table_reads_every_length_and_the_gain_over_initialisation_with_its_interval():
+    results = {"seeds": [0, 1, 2], "features": "avg", "classes": 10,
+               "curve": {"0": {"linear_probe": [0.70, 0.71, 0.72], "5-shot": [0.40, 0.42, 0.41]},
+                         "4": {"linear_probe": [0.75, 0.77, 0.79], "5-shot": [0.40, 0.43, 0.40]}},
+               "pixels": {"linear_probe": 0.8, "5-shot": 0.45}}
+    table = curve_table(results)
+    assert "| MPP pre-training (3 seeds, avg features) | linear probe, all labels | 5-shot |" in table
+    assert "| none (initialisation) | 71.0 ± 1.0 | 41.0 ± 1.0 |" in table
+    assert "| 4 epochs | 77.0 ± 2.0 | 41.0 ± 1.7 |" in table
+    assert "| raw pixels, no encoder | 80.0 | 45.0 |" in table
+    # Gains +5, +6, +7: mean 6, sd 1, t(0.975, 2) = 4.303: 6 ± 2.48; t = 6 sqrt(3), p = 1 - t / sqrt(2 + t^2) = 0.0091.
+    # Gains 0, +1, -1: not shown.
+    assert "| 4 epochs | +6.0 [+3.5, +8.5], shown (p 0.0091) | +0.0 [-2.5, +2.5], not shown (p 1; more than 1000 " \
+           "seeds would not settle it) |" in table
+
+
+@pytest.mark.slow
+def test_the_whole_curve_runs_writes_its_table_and_plot_and_a_rerun_redoes_nothing(tmp_path):
+    preset = tmp_path / "curve.yaml"
+    page = tmp_path / "results.md"
+    page.write_text("# Title\n<!-- results: curve -->\n<!-- /results: curve -->\n")
+    preset.write_text(yaml.safe_dump({**TINY, "seeds": [0, 1], "output_dir": str(tmp_path / "curve"),
+                                      "results_page": str(page)}))
+    command = [sys.executable, str(ROOT / "recipes" / "pretraining_curve.py"), "--config", str(preset)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "16 runs, 0 already finished" in result.stderr
+    results = json.loads((tmp_path / "curve" / "results.json").read_text())
+    assert list(results["curve"]) == ["0", "1", "2"] and results["steps_per_epoch"] == 5
+    for figures in results["curve"].values():
+        assert set(figures) == {"linear_probe", "linear_probe_balanced", "1-shot"}
+        assert all(0 <= value <= 1 for values in figures.values() for value in values) and len(figures["1-shot"]) == 2
+    assert results["classes"] == 10
+    table = (tmp_path / "curve" / "results.md").read_text()
+    assert "| 2 epochs |" in table and f"<!-- results: curve -->\n{table}" in page.read_text()
+    assert (tmp_path / "curve" / "pretraining_curve.png").read_bytes().startswith(b"\x89PNG")
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "16 runs, 16 already finished" in again.stderr
