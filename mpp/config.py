@@ -19,6 +19,9 @@ Pooling = Literal["token", "avg"]  # the [class] token's output after the final 
 # What a frozen evaluation reads: a pooling of the encoder's output, or "pixels", the normalised input image itself
 # (no encoder): the raw-pixel baseline that every accuracy should be read against.
 FrozenFeatures = Literal["token", "avg", "pixels"]
+# eval.features may also say "auto": the mean of the patch tokens for an encoder MPP trained (which never trains the
+# [class] token's output), the [class] token for any other.
+EvaluationFeatures = Literal["auto", "token", "avg", "pixels"]
 
 
 @dataclass
@@ -273,7 +276,7 @@ class MonitorConfig:
     few_shot_shots: int = 10  # labelled images per class the regression is fitted to
     few_shot_holdout_per_class: int = 10  # images per class its regulariser is chosen on
     few_shot_test_per_class: int = 50  # images per class it is scored on; the three slices are disjoint
-    features: Pooling = "token"  # what the regression reads
+    features: Pooling = "token"  # what the regression reads (MPP's monitors: the mean of the patch tokens)
 
     def __post_init__(self) -> None:
         for name, least in (("few_shot_every", 0), ("few_shot_shots", 1), ("few_shot_holdout_per_class", 1),
@@ -286,6 +289,7 @@ class MonitorConfig:
 class MPPMonitorConfig(MonitorConfig):
     """... and for MPP, pictures of what the model predicts (pictures/mpp_step_<step>.png, TensorBoard mpp/mosaic)."""
 
+    features: Pooling = "avg"  # MPP trains the patch tokens, never the [class] token's output
     mosaic_every: int = 0  # steps between mosaics of images, their corrupted views and the predictions; 0: none
     mosaic_images: int = 8  # images in each mosaic, the same ones and the same corruption every time
     # At the end of the run: the few-shot fit above on this many seeded draws of such slices, for the trained encoder
@@ -389,7 +393,7 @@ class FinetuneRunConfig(TrainingRunConfig):
 class EvaluationConfig(RuntimeConfig):
     """How an encoder is evaluated frozen (eval/)."""
 
-    features: FrozenFeatures = "token"  # what the protocols read
+    features: EvaluationFeatures = "auto"  # what the protocols read
     batch_size: int = 256  # images per forward pass and process, extracting features
     # Features are cached under a fingerprint of the encoder's weights and the images: a folder shared between
     # runs (e.g. runs/feature-cache) extracts each encoder's features once. Empty: <output_dir>/features.

@@ -6,23 +6,30 @@ The evaluation scripts share everything here; each adds only its protocol (few-s
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from accelerate import Accelerator
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from mpp.config import EvaluationRunConfig
+from mpp.config import EvaluationFeatures, EvaluationRunConfig, FrozenFeatures
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.loading import build_dataset, build_loader, prepare_loader, warn_if_tested_on_training_images
 from mpp.errors import ConfigError
 from mpp.models.encoder import ImageEncoder, InputNormalisation, count_parameters
-from mpp.models.pretrained import fine_tuning_encoder, fine_tuning_model_config, input_normalisation, read_pretrained
+from mpp.models.pretrained import (
+    PretrainedEncoder,
+    fine_tuning_encoder,
+    fine_tuning_model_config,
+    input_normalisation,
+    read_pretrained,
+)
 from mpp.run.directory import FEATURES_DIR, read_cache, write_whole
 from mpp.run.session import Session, local_processes
 
@@ -87,15 +94,25 @@ class EvaluationRun:
         self.session.finish({"init": self.config.init or None, "features": self.config.eval.features, **metrics})
 
 
+def readout(features: EvaluationFeatures, pretrained: Optional[PretrainedEncoder]) -> FrozenFeatures:
+    """``eval.features`` resolved: ``auto`` reads an encoder MPP trained (its export's tag, or its checkpoint's [mask]
+    embedding) by the mean of its patch tokens, any other by its [class] token."""
+    if features != "auto":
+        return features
+    return "avg" if pretrained is not None and pretrained.tag == "mpp" else "token"
+
+
 def open_evaluation_run(cfg: EvaluationRunConfig, prefix: str) -> EvaluationRun:
     """The encoder ``cfg.init`` names (or a seeded random one) as a frozen feature extractor, and the run's
     directory, claimed once the encoder has loaded (nothing is written for an init that does not fit)."""
     if cfg.eval.features == "pixels" and cfg.init:
         raise ConfigError(f"eval.features=pixels reads the images themselves, not an encoder: drop init={cfg.init} "
                           "(or choose eval.features=token or avg to evaluate it)")
+    pretrained = read_pretrained(cfg.init) if cfg.init else None
+    cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, features=readout(cfg.eval.features,
+                                                                                       pretrained)))
     session = Session(cfg, cfg.eval, prefix)  # seeded: a random baseline's weights come from cfg.seed
     accelerator = session.accelerator
-    pretrained = read_pretrained(cfg.init) if cfg.init else None
     model_cfg = fine_tuning_model_config(cfg.model, pretrained)
     mean, std = input_normalisation(pretrained, cfg.data.mean, cfg.data.std)
     encoder = fine_tuning_encoder(model_cfg, pretrained)

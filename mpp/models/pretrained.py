@@ -48,6 +48,7 @@ class PretrainedEncoder:
     model_args: dict = dataclasses.field(default_factory=dict)
     mean: Optional[tuple[float, ...]] = None  # the normalisation it was trained with, where recorded
     std: Optional[tuple[float, ...]] = None
+    tag: Optional[str] = None  # how it was trained, where recorded: "mpp", "supervised", "finetuned"
 
 
 def read_pretrained(init: str) -> PretrainedEncoder:
@@ -59,10 +60,12 @@ def read_pretrained(init: str) -> PretrainedEncoder:
                           "local-dir:<timm folder> or a checkpoint file")
     if path.is_file():
         state = read_weights(path, init)
+        tag = None
         if any(name.startswith("encoder.") for name in state):  # a checkpoint of this package's model
+            tag = "mpp" if "mask_embedding" in state else None
             state = {name.removeprefix("encoder."): value for name, value in state.items()
                      if name.startswith("encoder.")}
-        return PretrainedEncoder(state, str(path))
+        return PretrainedEncoder(state, str(path), tag=tag)
     folder = path / EXPORT_DIR if (path / EXPORT_DIR / "config.json").is_file() else path
     weights = [folder / name for name in WEIGHT_FILES if (folder / name).is_file()]
     if not (folder / "config.json").is_file() or not weights:
@@ -81,7 +84,7 @@ def read_pretrained(init: str) -> PretrainedEncoder:
     pretrained_cfg = config.get("pretrained_cfg", {})
     mean, std = pretrained_cfg.get("mean"), pretrained_cfg.get("std")
     return PretrainedEncoder(read_weights(weights[0], init), str(folder), architecture, config.get("model_args", {}),
-                             tuple(mean) if mean else None, tuple(std) if std else None)
+                             tuple(mean) if mean else None, tuple(std) if std else None, pretrained_cfg.get("tag"))
 
 
 def read_weights(path: Path, init: str) -> dict[str, torch.Tensor]:
