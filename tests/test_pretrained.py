@@ -124,3 +124,22 @@ def test_the_export_loads_in_transformers_with_timms_features_and_the_recorded_i
     processed = AutoImageProcessor.from_pretrained(folder)(Image.fromarray(pixels.numpy()), return_tensors="pt")
     expected = (pixels.permute(2, 0, 1) / 255 - torch.tensor(mean)[:, None, None]) / torch.tensor(std)[:, None, None]
     assert torch.allclose(processed["pixel_values"][0], expected, atol=1e-5)
+
+
+def test_eval_features_auto_reads_an_mpp_encoder_by_its_mean_patch_token_and_any_other_by_its_class_token(
+        tiny_model_config, tmp_path):
+    from mpp.evaluation.frozen_encoder import readout
+
+    encoder = create_encoder(tiny_model_config)
+    export_encoder(encoder, tmp_path / "mpp" / "export", (0.5,) * 3, (0.5,) * 3, tag="mpp")
+    export_encoder(encoder, tmp_path / "supervised" / "export", (0.5,) * 3, (0.5,) * 3, tag="supervised")
+    checkpoint = {f"encoder.{name}": value for name, value in encoder.state_dict().items()}
+    save_file(checkpoint | {"mask_embedding": torch.zeros(32)}, tmp_path / "mpp_checkpoint.safetensors")
+    save_file(checkpoint | {"head.weight": torch.zeros(5, 32)}, tmp_path / "classifier_checkpoint.safetensors")
+    read = {name: read_pretrained(str(tmp_path / name)) for name in ("mpp", "supervised", "mpp_checkpoint.safetensors",
+                                                                      "classifier_checkpoint.safetensors")}
+    assert {name: readout("auto", pretrained) for name, pretrained in read.items()} == {
+        "mpp": "avg", "supervised": "token", "mpp_checkpoint.safetensors": "avg",
+        "classifier_checkpoint.safetensors": "token"}
+    assert readout("auto", None) == "token"  # a random encoder: the [class] token, as timm's ViT reads it
+    assert readout("token", read["mpp"]) == "token" and readout("pixels", None) == "pixels"  # asked by name: kept
