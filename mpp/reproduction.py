@@ -34,8 +34,11 @@ import yaml
 
 from mpp.config import FinetuneRunConfig, ReproductionConfig
 from mpp.config_loading import build_config, config_to_dict
+from mpp.data.loading import build_dataset
 from mpp.errors import ConfigError, RunError
 from mpp.evaluation.statistics import describe_difference, paired_difference
+from mpp.metrics import majority_class_accuracy
+from mpp.models.encoder import create_encoder
 from mpp.run.directory import read_metrics, write_whole
 
 logger = logging.getLogger(__name__)
@@ -62,6 +65,20 @@ class Run:
 
     def directory(self, output_dir: Path) -> Path:
         return output_dir / self.name
+
+
+def test_labels(cfg: ReproductionConfig) -> torch.Tensor:
+    """The (n) labels of the test split every row is scored on (fine-tuning's data)."""
+    run = build_config(FinetuneRunConfig, cfg.finetune_preset, (*cfg.data, *cfg.encoder, *cfg.finetune))
+    image_size = create_encoder(run.model).patch_embed.img_size[0]
+    return build_dataset(run.data, "test", image_size, run.model.in_chans, augment=False).labels
+
+
+def class_balance(cfg: ReproductionConfig) -> dict[str, Any]:
+    """What a classifier must beat on the test split: always answering its largest class, and chance."""
+    labels = test_labels(cfg)
+    classes = int(labels.max()) + 1
+    return {"majority_class_accuracy": majority_class_accuracy(labels), "classes": classes}
 
 
 def labelled_images_per_class(cfg: ReproductionConfig) -> int:
@@ -252,7 +269,8 @@ def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
                            for name in supervised for seed in cfg.seeds]
     return {"seeds": list(cfg.seeds), "rows": rows, "pixels": baselines,
             "supervised_test_accuracy": supervised_accuracy or None,
-            "labelled_per_class": labelled_images_per_class(cfg), "claims": config_to_dict(cfg)["claims"]}
+            "labelled_per_class": labelled_images_per_class(cfg), "claims": config_to_dict(cfg)["claims"],
+            **class_balance(cfg)}
 
 
 def percent(values: list[float]) -> str:
@@ -279,6 +297,9 @@ def results_table(results: dict[str, Any]) -> str:
                      + " | ".join(percent(row["few_shot_accuracy"][k]) for k in shots) + " |")
     lines.append("| raw pixels, no encoder | — | "
                  + " | ".join(percent(pixels["few_shot_accuracy"][k]) for k in shots) + " |")
+    majority = f"{100 * results['majority_class_accuracy']:.1f}"
+    lines.append(f"| always the largest class (chance: {100 / results['classes']:.1f}) | {majority} | "
+                 + " | ".join(majority for _ in shots) + " |")
     lines += ["", "| The paper's claim | Fine-tuned | " + " | ".join(f"{k}-shot" for k in shots) + " |",
               "|---|---|" + "---|" * len(shots)]
     for claim in results["claims"]:
@@ -318,14 +339,15 @@ def plot_results(results: dict[str, Any], output_dir: Path) -> list[Path]:
         axes.plot(values, [y] * len(values), "k.", markersize=5)
     references = {BASELINES[script]: 100 * statistics.fmean(results["pixels"][f"{script}_labelled"])
                   for script in BASELINES}  # on the same labelled images
-    for (label, value), style in zip(references.items(), ("--", ":")):
+    references["always the largest class"] = 100 * results["majority_class_accuracy"]
+    references["chance"] = 100 / results["classes"]
+    for (label, value), style in zip(references.items(), ("--", ":", "-.", (0, (1, 3)))):
         axes.axvline(value, color="k", linestyle=style, linewidth=1, label=label)
     figure.legend(fontsize="small", loc="outside lower center", ncols=2)
     axes.set_yticks(range(len(rows)), [row["label"] for row in rows])
     axes.invert_yaxis()
     axes.set_xlabel(f"test accuracy after fine-tuning (%), {len(results['seeds'])} seeds")
-    low = min(min(100 * min(row["finetune_accuracy"]) for row in rows), *references.values())
-    axes.set_xlim(max(0.0, low - 10), None)
+    axes.set_xlim(0, 100)  # from 0: differences read at their size
     paths = [output_dir / "finetune_accuracy.png"]
     figure.savefig(paths[0], dpi=120)
     plt.close(figure)
@@ -395,7 +417,11 @@ def rewrite_tables(cfg: ReproductionConfig) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"tables_only=true rewrites the tables from {path}, which does not exist; run the "
                           "experiment first (without tables_only)")
-    return publish(cfg, json.loads(path.read_text()), folder)
+    results = json.loads(path.read_text())
+    if "classes" not in results:  # written before the class balance was recorded: added from the data
+        results |= class_balance(cfg)
+        write_whole(path, lambda partial: partial.write_text(json.dumps(results, indent=2) + "\n"))
+    return publish(cfg, results, folder)
 
 
 def section_markers(name: str) -> tuple[str, str]:

@@ -182,7 +182,7 @@ def example_results() -> dict:
               "labelled_images": 40, "all_images": 600}
     return {"seeds": [0, 1], "rows": rows, "pixels": pixels, "supervised_test_accuracy": [0.9, 0.9],
             "labelled_per_class": 4, "claims": [dataclasses.asdict(claim) for claim in PAPER_CLAIMS],
-            "wall_seconds": 600.0}
+            "wall_seconds": 600.0, "majority_class_accuracy": 0.376, "classes": 10}
 
 
 def test_the_table_gives_mean_and_deviation_and_judges_each_claim_by_its_95_percent_interval():
@@ -190,6 +190,7 @@ def test_the_table_gives_mean_and_deviation_and_judges_each_claim_by_its_95_perc
     assert "| Starting point | Fine-tuned, 4 labels per class | 5-shot |" in table
     assert "| from scratch | 45.0 ± 7.1 | 30.0 ± 0.0 |" in table
     assert "| raw pixels, no encoder | — | 21.0 ± 1.4 |" in table
+    assert "| always the largest class (chance: 10.0) | 37.6 | 37.6 |" in table
     assert "| Reference on the same training images | 4 labels per class (40 images) | all 600 labels |" in table
     assert "| logistic regression on raw pixels | 71.0 ± 1.4 | 84.0 ± 0.0 |" in table
     assert "| kNN on raw pixels (cosine), k=20 | 63.0 ± 4.2 | 85.0 ± 0.0 |" in table
@@ -243,6 +244,7 @@ def test_the_whole_experiment_runs_writes_its_table_and_plots_and_a_rerun_redoes
     assert [images for images, _ in curve] == [0, 16, 32]  # before the first step and every 2 steps of 8 images
     assert results["rows"]["scratch"]["few_shot_during_pretraining"] == {}
     assert results["pixels"]["labelled_images"] == 40 and results["pixels"]["all_images"] == 50_000
+    assert results["classes"] == 10 and 0.1 <= results["majority_class_accuracy"] < 0.2  # shapes: balanced
     for plot in ("finetune_accuracy.png", "few_shot_during_pretraining.png"):
         assert (output_dir / plot).read_bytes().startswith(b"\x89PNG")
         assert (publish / plot).read_bytes() == (output_dir / plot).read_bytes()
