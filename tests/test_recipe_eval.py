@@ -157,7 +157,7 @@ def test_the_raw_pixel_baseline_reads_the_normalised_images_and_refuses_an_encod
     assert metrics["features"] == "pixels" and 0 <= metrics["knn"]["test_accuracy"] <= 1
     stored = load_file(next((run_dir / "features").glob("train-*.safetensors")))
     train_set = build_dataset(DataConfig(shots_per_class=40), "train", 16, 3, augment=False, seed=0)
-    image, label = train_set[0]
+    image, label, _ = train_set[0]
     expected = ((unit_interval(image) - 0.5) / 0.5).flatten()  # data.mean = data.std = 0.5 by default
     assert stored["features"].shape == (400, 768) and stored["labels"][0] == label
     assert torch.allclose(stored["features"][0], expected, atol=1e-6)
