@@ -579,6 +579,9 @@ class ReproductionConfig:
     publish_dir: str = ""
     results_page: str = ""
     tables_only: bool = False  # write the tables, plots and page section again from results.json, running nothing
+    # The experiment fails when a row's mean fine-tuned accuracy ends this close to chance (a fraction: 0.02 is 2
+    # points): a row that does not train is a broken baseline, not a result. 0: no check (smoke tests of a few steps).
+    chance_margin: float = 0.02
 
     def __post_init__(self) -> None:
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):

@@ -145,7 +145,7 @@ class RunFailed(RunError):
 
 # Settings an experiment may change when continued: which seeds (each seed's runs are independent of the others', so
 # an experiment at 3 seeds grows to 5 by running again with 5), how many runs at once, and where results are published.
-FREE_TO_CHANGE = ("seeds", "parallel_runs", "publish_dir", "results_page", "tables_only")
+FREE_TO_CHANGE = ("seeds", "parallel_runs", "publish_dir", "results_page", "tables_only", "chance_margin")
 
 
 def fixed_settings(settings: dict[str, Any]) -> dict[str, Any]:
@@ -276,6 +276,19 @@ def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
 def percent(values: list[float]) -> str:
     mean, std = mean_std([100 * value for value in values])
     return f"{mean:.1f} ± {std:.1f}"
+
+
+class BrokenBaseline(RunError):
+    """A row of the grid stayed at chance: a baseline that does not train is a bug, not a result."""
+
+
+def rows_at_chance(results: dict[str, Any], margin: float) -> list[str]:
+    """The rows whose mean fine-tuned test accuracy lies within ``margin`` of chance (1 / classes); none for a margin
+    of 0."""
+    chance = 1 / results["classes"]
+    return [f"{row['label']} ({100 * statistics.fmean(row['finetune_accuracy']):.1f}%, chance {100 * chance:.1f}%)"
+            for row in results["rows"].values()
+            if margin > 0 and abs(statistics.fmean(row["finetune_accuracy"]) - chance) <= margin]
 
 
 def claim_cell(better: list[float], worse: list[float]) -> str:
@@ -465,4 +478,10 @@ def reproduce(cfg: ReproductionConfig, repository: Path) -> dict[str, Any]:
     logger.info("results in %s (%s), plots %s; the experiment took %.1f minutes of wall time\n%s",
                 output_dir / "results.md", output_dir / "results.json", ", ".join(results["plots"]),
                 wall_seconds / 60, results["table"])
+    broken = rows_at_chance(results, cfg.chance_margin)
+    if broken:
+        raise BrokenBaseline(f"after fine-tuning, {'; '.join(broken)} stayed within {100 * cfg.chance_margin:g} points "
+                             "of chance: a row that does not train is a broken baseline, not a result; give it the "
+                             "steps and learning rates it needs (finetune: train.steps, finetune.sweep_lrs) and run "
+                             "again (the tables above are written, for reading what went wrong)")
     return results

@@ -34,6 +34,7 @@ from mpp.reproduction import (
     plan_runs,
     reproduce,
     results_table,
+    rows_at_chance,
 )
 from tests.launching import ROOT
 
@@ -53,6 +54,7 @@ TINY = {  # every run a few steps of a one-block ViT on 16x16 shapes
     "linear_probe": ["linear_probe.max_iterations=5"],
     "knn": ["knn.k=3"],
     "parallel_runs": 2,
+    "chance_margin": 0.0,  # a few steps do not leave chance
 }
 RECIPE_CONFIGS = {"mpp.py": MPPRunConfig, "supervised.py": SupervisedRunConfig, "finetune.py": FinetuneRunConfig,
                   "few_shot.py": FewShotRunConfig, "linear_probe.py": LinearProbeRunConfig, "knn.py": KnnRunConfig}
@@ -202,6 +204,16 @@ def test_the_table_gives_mean_and_deviation_and_judges_each_claim_by_its_95_perc
     # Pairs +20, +18: standard error 1, 19 ± 12.7; t = 19, p = 1 - 2 atan(19) / pi = 0.033.
     assert "| +19.0 [+6.3, +31.7], shown (p 0.033) |" in lines["supervised pre-training beats MPP"]
     assert "| -9.0 [-21.7, +3.7], not shown (p 0.07;" in lines["the mean-colour target beats L2 pixel regression"]
+
+
+def test_a_row_that_stays_at_chance_is_named_as_a_broken_baseline():
+    results = example_results()
+    assert rows_at_chance(results, 0.02) == []
+    results["rows"]["scratch"]["finetune_accuracy"] = [0.10, 0.11]  # 10.5% against chance 10%
+    assert rows_at_chance(results, 0.02) == ["from scratch (10.5%, chance 10.0%)"]
+    assert rows_at_chance(results, 0.0) == []  # no check
+    results["rows"]["scratch"]["finetune_accuracy"] = [0.12, 0.13]  # 2.5 points above: it learned something
+    assert rows_at_chance(results, 0.02) == []
 
 
 def test_tables_only_rewrites_the_published_tables_plots_and_page_from_results_json(tmp_path):
