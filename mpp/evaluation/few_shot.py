@@ -21,6 +21,7 @@ from mpp.config import FewShotConfig, MonitorConfig, MPPMonitorConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.subsets import disjoint_per_class, shots_per_class
 from mpp.evaluation.frozen_feature_classifiers import accuracy, fitting_device, ridge_predictions, ridge_regressions
+from mpp.evaluation.statistics import describe_difference, paired_difference
 from mpp.metrics import scores_of
 from mpp.models.encoder import BuiltOnEncoder, ImageEncoder
 
@@ -147,17 +148,18 @@ class FewShotAgainstInitialisation:
     def __call__(self) -> dict[str, Any]:
         trained = [draw.accuracy() for draw in self.draws]
         untrained = [draw.accuracy(self.at_init) for draw in self.draws]
-        gains = [a - b for a, b in zip(trained, untrained)]
+        gain = paired_difference(trained, untrained, scale=100)  # in points, paired by draw
 
         def spread(values: list[float]) -> float:
             return statistics.stdev(values) if len(values) > 1 else 0.0
 
-        logger.info("%d-shot accuracy over %d draws: trained %.4f +- %.4f, at initialisation %.4f +- %.4f; gain "
-                    "%+.4f +- %.4f", self.cfg.few_shot_shots, len(trained), statistics.fmean(trained),
-                    spread(trained), statistics.fmean(untrained), spread(untrained), statistics.fmean(gains),
-                    spread(gains))
+        logger.info("%d-shot accuracy over %d draws: trained %.4f +- %.4f, at initialisation %.4f +- %.4f; gain in "
+                    "points, 95%% interval: %s", self.cfg.few_shot_shots, len(trained), statistics.fmean(trained),
+                    spread(trained), statistics.fmean(untrained), spread(untrained), describe_difference(gain, True))
         return {"few_shot_accuracy": statistics.fmean(trained),
                 "few_shot_accuracy_at_init": statistics.fmean(untrained),
                 "few_shot_comparison": {"shots": self.cfg.few_shot_shots, "features": self.cfg.features,
                                         "trained": trained, "at_init": untrained,
-                                        "gain_mean": statistics.fmean(gains), "gain_std": spread(gains)}}
+                                        "gain_mean": gain.mean / 100, "gain_std": gain.sd / 100,
+                                        "gain_interval": [gain.low / 100, gain.high / 100],
+                                        "gain_shown": gain.shown and gain.mean > 0}}
