@@ -353,9 +353,9 @@ def plot_results(results: dict[str, Any], output_dir: Path) -> list[Path]:
     references = {BASELINES[script]: 100 * statistics.fmean(results["pixels"][f"{script}_labelled"])
                   for script in BASELINES}  # on the same labelled images
     references["always the largest class"] = 100 * results["majority_class_accuracy"]
-    references["chance"] = 100 / results["classes"]
-    for (label, value), style in zip(references.items(), ("--", ":", "-.", (0, (1, 3)))):
+    for (label, value), style in zip(references.items(), ("--", ":", "-.")):
         axes.axvline(value, color="k", linestyle=style, linewidth=1, label=label)
+    axes.axvline(100 / results["classes"], color="0.6", linewidth=1, label="chance")
     figure.legend(fontsize="small", loc="outside lower center", ncols=2)
     axes.set_yticks(range(len(rows)), [row["label"] for row in rows])
     axes.invert_yaxis()
