@@ -60,8 +60,9 @@ def lengths(cfg: PretrainingCurveConfig) -> list[int]:
 
 
 def plan_runs(cfg: PretrainingCurveConfig, repository: Path, epoch_steps: int) -> list[Run]:
-    """Per seed: the pre-training run, then a linear probe and a few-shot run of the encoder at each length; the
-    raw-pixel references once. Every evaluation of one encoder shares a feature cache."""
+    """The raw-pixel references (once), every seed's pre-training run, then per seed a linear probe and a few-shot run
+    of the encoder at each length: the pre-training runs, the longest, start first and side by side. Every
+    evaluation of one encoder shares a feature cache."""
     output_dir = Path(cfg.output_dir)
     cache = f"eval.feature_cache={output_dir / 'feature-cache'}"
     last = cfg.epochs[-1]
@@ -77,12 +78,11 @@ def plan_runs(cfg: PretrainingCurveConfig, repository: Path, epoch_steps: int) -
                                  cache, *extra), seed, output_dir / folder)
         return Run(folder, stage, command, after)
 
-    first = cfg.seeds[0]
-    runs = [evaluation(script, PIXELS, first, None, "eval.features=pixels") for script in evaluations]
+    runs = [Run(f"pretrain/mpp-seed{seed}", "pretrain", recipe_command(cfg, repository, "mpp", cfg.mpp_preset,
+                pretraining, seed, output_dir / f"pretrain/mpp-seed{seed}"), None) for seed in cfg.seeds]
+    runs += [evaluation(script, PIXELS, cfg.seeds[0], None, "eval.features=pixels") for script in evaluations]
     for seed in cfg.seeds:
         source = f"pretrain/mpp-seed{seed}"
-        runs.append(Run(source, "pretrain", recipe_command(cfg, repository, "mpp", cfg.mpp_preset, pretraining, seed,
-                                                           output_dir / source), None))
         for epochs in lengths(cfg):
             checkpoint = checkpoint_path(output_dir / source, epochs * epoch_steps)
             init = (f"init={checkpoint / MODEL_FILE}",) if epochs else ()

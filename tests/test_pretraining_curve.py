@@ -39,7 +39,9 @@ def tiny_config(tmp_path: Path, **changes) -> PretrainingCurveConfig:
 def test_one_pre_training_run_per_seed_is_read_at_initialisation_and_at_each_epochs_checkpoint(tmp_path):
     cfg = tiny_config(tmp_path, seeds=[3, 7])
     assert steps_per_epoch(cfg) == 5
-    runs = {run.name: run for run in plan_runs(cfg, ROOT, 5)}
+    planned = plan_runs(cfg, ROOT, 5)
+    assert [run.name for run in planned[:2]] == ["pretrain/mpp-seed3", "pretrain/mpp-seed7"]  # the longest first
+    runs = {run.name: run for run in planned}
     assert len(runs) == 2 + 2 * (1 + 2 * 3)  # the pixels twice; per seed: pre-training, 2 protocols x 3 lengths
     for seed in (3, 7):
         pretraining = build_config(MPPRunConfig, runs[f"pretrain/mpp-seed{seed}"].command[3],
