@@ -121,6 +121,10 @@ def measure_label(measure: str) -> str:
     return MEASURES.get(measure, measure)
 
 
+def length_label(epochs: str) -> str:
+    return "none (initialisation)" if epochs == "0" else f"{epochs} epoch{'' if epochs == '1' else 's'}"
+
+
 def curve_table(results: dict[str, Any]) -> str:
     """Markdown: every length's figures (mean ± standard deviation over the seeds, in %), the raw pixels', and the
     gain of each length over initialisation with its 95% interval."""
@@ -130,15 +134,15 @@ def curve_table(results: dict[str, Any]) -> str:
     lines = [f"| MPP pre-training ({len(results['seeds'])} seeds, {results['features']} features) {header}",
              "|---|" + "---:|" * len(measures)]
     for epochs, figures in curve.items():
-        name = "none (initialisation)" if epochs == "0" else f"{epochs} epoch{'s' if epochs != '1' else ''}"
-        lines.append(f"| {name} | " + " | ".join(percent(figures[measure]) for measure in measures) + " |")
+        lines.append(f"| {length_label(epochs)} | " + " | ".join(percent(figures[measure]) for measure in measures)
+                     + " |")
     lines.append("| raw pixels, no encoder | " + " | ".join(f"{100 * pixels[measure]:.1f}" for measure in measures)
                  + " |")
     lines += ["", f"| Gain over initialisation, points {header}", "|---|" + "---|" * len(measures)]
     for epochs, figures in list(curve.items())[1:]:
         cells = [describe_difference(paired_difference(figures[measure], curve["0"][measure], scale=100),
                                      claimed=True) for measure in measures]
-        lines.append(f"| {epochs} epochs | " + " | ".join(cells) + " |")
+        lines.append(f"| {length_label(epochs)} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
