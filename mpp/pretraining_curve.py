@@ -156,7 +156,7 @@ def plot_curve(results: dict[str, Any], path: Path) -> Path:
 
     curve = results["curve"]
     lengths_read = list(curve)
-    figure, axes = plt.subplots(figsize=(7, 3.8), layout="constrained")
+    figure, axes = plt.subplots(figsize=(7, 4.4), layout="constrained")
     for index, measure in enumerate(next(iter(curve.values()))):
         colour = f"C{index}"
         means = [100 * sum(curve[epochs][measure]) / len(curve[epochs][measure]) for epochs in lengths_read]
@@ -171,7 +171,7 @@ def plot_curve(results: dict[str, Any], path: Path) -> Path:
     axes.set_xlabel("MPP pre-training, epochs (0: the encoder at initialisation)")
     axes.set_ylabel("test accuracy (%)")
     axes.set_ylim(0, 100)
-    axes.legend(fontsize="small", loc="lower right")
+    figure.legend(fontsize="small", loc="outside lower center", ncols=3)  # beside the lines, never over them
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return path
