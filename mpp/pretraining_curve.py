@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -28,11 +27,13 @@ from mpp.reproduction import (
     Run,
     check_section,
     claim_experiment,
+    copy_to_publish_dir,
     elapsed_seconds,
     execute,
     percent,
+    publish_table,
+    published_results,
     recipe_command,
-    replace_section,
 )
 from mpp.models.encoder import create_encoder
 from mpp.run.directory import read_metrics
@@ -179,17 +180,10 @@ def plot_curve(results: dict[str, Any], path: Path) -> Path:
 
 def publish(cfg: PretrainingCurveConfig, results: dict[str, Any], folder: Path) -> dict[str, Any]:
     """results.md and the plot beside results.json in ``folder``, and into ``publish_dir`` and ``results_page``."""
-    table = curve_table(results) + f"\n{len(plan_runs(cfg, Path('.'), 1))} runs, {cfg.parallel_runs} at a time, " \
-                                   f"in {results['wall_seconds'] / 60:.0f} min of wall time.\n"
-    (folder / "results.md").write_text(table)
+    table = publish_table(cfg, folder, curve_table(results), len(plan_runs(cfg, Path("."), 1)),
+                          results["wall_seconds"])
     plot = plot_curve(results, folder / "pretraining_curve.png")
-    if cfg.publish_dir and Path(cfg.publish_dir).resolve() != folder.resolve():
-        published = Path(cfg.publish_dir)
-        published.mkdir(parents=True, exist_ok=True)
-        for path in (folder / "results.md", folder / "results.json", plot):
-            shutil.copyfile(path, published / path.name)
-    if cfg.results_page:
-        replace_section(Path(cfg.results_page), Path(cfg.output_dir).name, table)
+    copy_to_publish_dir(cfg, folder, [plot])
     return {**results, "table": table, "plot": str(plot)}
 
 
@@ -198,8 +192,8 @@ def pretraining_curve(cfg: PretrainingCurveConfig, repository: Path) -> dict[str
     if cfg.results_page:
         check_section(Path(cfg.results_page), Path(cfg.output_dir).name)
     if cfg.tables_only:
-        folder = Path(cfg.publish_dir or cfg.output_dir)
-        return publish(cfg, json.loads((folder / "results.json").read_text()), folder)
+        folder, results = published_results(cfg)
+        return publish(cfg, results, folder)
     start = time.perf_counter()
     output_dir = claim_experiment(cfg)
     epoch_steps = steps_per_epoch(cfg)

@@ -407,33 +407,51 @@ def publish(cfg: ReproductionConfig, results: dict[str, Any], folder: Path) -> d
     """results.md (the tables and the wall time) and the plots, in ``folder`` beside its results.json; copied to
     ``publish_dir`` and into ``results_page``'s section, where set. Returns ``results`` with the table and the plots'
     paths."""
-    runs = len(plan_runs(cfg, Path(".")))
-    table = results_table(results) + (f"\n{runs} runs, {cfg.parallel_runs} at a time, in "
-                                      f"{results['wall_seconds'] / 60:.0f} min of wall time.\n")
+    table = publish_table(cfg, folder, results_table(results), len(plan_runs(cfg, Path("."))),
+                          results["wall_seconds"])
+    plots = plot_results(results, folder)
+    copy_to_publish_dir(cfg, folder, plots)
+    return {**results, "table": table, "plots": [str(path) for path in plots]}
+
+
+def publish_table(cfg: Any, folder: Path, table: str, runs: int, wall_seconds: float) -> str:
+    """An experiment's ``table`` with its wall time: written to ``folder``/results.md and into ``results_page``'s
+    section, where set; returned."""
+    table += f"\n{runs} runs, {cfg.parallel_runs} at a time, in {wall_seconds / 60:.0f} min of wall time.\n"
     (folder / "results.md").write_text(table)
-    results = {**results, "table": table, "plots": [str(path) for path in plot_results(results, folder)]}
+    if cfg.results_page:
+        replace_section(Path(cfg.results_page), Path(cfg.output_dir).name, table)
+    return table
+
+
+def copy_to_publish_dir(cfg: Any, folder: Path, plots: list[Path]) -> None:
+    """results.md, results.json and the plots of ``folder`` copied to ``publish_dir``, where set (and another)."""
     if cfg.publish_dir and Path(cfg.publish_dir).resolve() != folder.resolve():
         published = Path(cfg.publish_dir)
         published.mkdir(parents=True, exist_ok=True)
-        for path in [folder / "results.md", folder / "results.json", *map(Path, results["plots"])]:
+        for path in [folder / "results.md", folder / "results.json", *plots]:
             shutil.copyfile(path, published / path.name)
-    if cfg.results_page:
-        replace_section(Path(cfg.results_page), Path(cfg.output_dir).name, table)
-    return results
 
 
-def rewrite_tables(cfg: ReproductionConfig) -> dict[str, Any]:
-    """The tables, plots and page section written again from the published results.json (``publish_dir``, else
-    ``output_dir``), running nothing: for a change of how results are shown."""
+def published_results(cfg: Any) -> tuple[Path, dict[str, Any]]:
+    """The folder of an experiment's published results.json (``publish_dir``, else ``output_dir``) and its
+    contents, for ``tables_only``."""
     folder = Path(cfg.publish_dir or cfg.output_dir)
     path = folder / "results.json"
     if not path.is_file():
         raise ConfigError(f"tables_only=true rewrites the tables from {path}, which does not exist; run the "
                           "experiment first (without tables_only)")
-    results = json.loads(path.read_text())
+    return folder, json.loads(path.read_text())
+
+
+def rewrite_tables(cfg: ReproductionConfig) -> dict[str, Any]:
+    """The tables, plots and page section written again from the published results.json, running nothing: for a
+    change of how results are shown."""
+    folder, results = published_results(cfg)
     if "classes" not in results:  # written before the class balance was recorded: added from the data
         results |= class_balance(cfg)
-        write_whole(path, lambda partial: partial.write_text(json.dumps(results, indent=2) + "\n"))
+        write_whole(folder / "results.json",
+                    lambda partial: partial.write_text(json.dumps(results, indent=2) + "\n"))
     return publish(cfg, results, folder)
 
 
