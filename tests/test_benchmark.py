@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from mpp.benchmark import shapes_regions
+from mpp.benchmark import shapes_regions, step_profile
 from mpp.benchmark.training_step import build_model, forward_flops, main, measure_interleaved, peer_available
 from mpp.config import MPPRunConfig
 from mpp.config_loading import build_config
@@ -56,6 +56,28 @@ def test_the_benchmark_measures_each_row_and_writes_the_table(tmp_path, capsys):
     assert json.loads((tmp_path / "table.json").read_text()) == results
     assert "| mpp |" in capsys.readouterr().out
 
+
+
+def test_the_step_profile_shares_the_steps_operator_time_among_kinds_of_work(tmp_path, capsys):
+    preset = tmp_path / "tiny.yaml"
+    preset.write_text(yaml.safe_dump({"model": TINY_MODEL}))
+    results = step_profile.main(["--config", str(preset), "--batch", "4", "--warmup", "1", "--steps", "2", "--json",
+                                 str(tmp_path / "profile.json")])
+    assert results["steps"] == 2 and results["wall_seconds_per_step"] > 0
+    assert sum(results["share_by_kind"].values()) == pytest.approx(1.0)
+    assert results["share_by_kind"]["matrix products"] > 0 and results["share_by_kind"]["optimizer"] > 0
+    assert [operator["share"] for operator in results["top_operators"]] == sorted(
+        (operator["share"] for operator in results["top_operators"]), reverse=True)
+    assert json.loads((tmp_path / "profile.json").read_text()) == results
+    assert "matrix products" in capsys.readouterr().out
+
+
+def test_an_operator_is_sorted_into_its_kind_of_work_by_its_name():
+    assert step_profile.kind_of("sm90_xmma_gemm_bf16bf16_bf16f32") == "matrix products"
+    assert step_profile.kind_of("aten::_scaled_dot_product_flash_attention_backward") == "attention"
+    assert step_profile.kind_of("aten::native_layer_norm") == "normalisation"
+    assert step_profile.kind_of("multi_tensor_apply_kernel<FusedAdamMathFunctor>") == "optimizer"
+    assert step_profile.kind_of("triton_poi_fused_add_gelu_0") == "element-wise"
 
 @pytest.mark.slow
 def test_the_loader_benchmark_measures_every_path_on_imagenet_like_files(tmp_path):

@@ -8,12 +8,13 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
 
 from launching import ROOT
-from mpp.benchmark.gpu import RESULTS_JSON, RESULTS_MARKDOWN, STAGES, junit_outcomes
+from mpp.benchmark.gpu import RESULTS_JSON, RESULTS_MARKDOWN, STAGES, dry_run_plan, junit_outcomes, run
 
 
 @pytest.mark.slow
@@ -53,12 +54,14 @@ def test_the_dry_run_goes_through_every_stage_and_writes_json_and_markdown(tmp_p
     results = json.loads((out / RESULTS_JSON).read_text())
     assert results["dry_run"] and results["device"] == "cpu"
     assert {name: results[name]["status"] for name in STAGES} == {
-        "tests": "passed", "step": "passed", "pretrain": "passed", "loader": "passed", "fsdp": "skipped"}
+        "tests": "passed", "step": "passed", "pretrain": "passed", "loader": "passed", "fsdp": "skipped",
+        "profile": "passed"}
     assert results["tests"]["counts"]["passed"] >= 3 and results["tests"]["counts"]["failed"] == 0
     assert {"supervised", "mpp"} <= set(results["step"]["eager"]["rows"])
     pretrain = results["pretrain"]
     assert 0 < pretrain["stopped_at_step"] < pretrain["resumed_to_step"] and pretrain["export_max_difference"] < 1e-4
     assert results["loader"]["rows"] and results["loader"]["loader_cores_per_gpu"] > 0
+    assert {row: results["profile"][row]["batch_size"] for row in ("supervised", "mpp")} == {"supervised": 8, "mpp": 8}
     table = (out / RESULTS_MARKDOWN).read_text()
     assert all(f"| {name} |" in table for name in STAGES)
 
@@ -78,3 +81,23 @@ def test_test_outcomes_tell_cpu_only_tests_from_other_skips_and_failures(tmp_pat
     assert outcomes["cpu_only"] == ["tests.a::gloo: CPU-only by design: two gloo processes"]
     assert outcomes["skipped"] == ["tests.a::cuda: the refusal is for machines without CUDA"]
     assert outcomes["failed"] == ["tests.a::bad", "tests.a::broken"]
+
+
+def test_a_stage_finds_the_packages_carried_on_the_callers_python_path_after_the_checkout(tmp_path, monkeypatch):
+    # A GPU machine without a package index gets datasets as wheels installed with --target, on PYTHONPATH.
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    plan = replace(dry_run_plan(), checkout=ROOT)
+    outcome = run(plan, [sys.executable, "-c", "import os; print(os.environ['PYTHONPATH'])"], tmp_path / "log", 60)
+    assert outcome.returncode == 0
+    assert outcome.output.strip().split(os.pathsep) == [str(ROOT), str(tmp_path / "site")]
+
+
+def test_at_its_time_limit_a_stage_is_interrupted_first_so_that_pytest_still_writes_its_report(tmp_path):
+    tests = tmp_path / "test_waits.py"
+    tests.write_text("import time\n\ndef test_quick():\n    pass\n\ndef test_waits():\n    time.sleep(60)\n")
+    report = tmp_path / "report.xml"
+    plan = replace(dry_run_plan(), checkout=ROOT)
+    outcome = run(plan, [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                         f"--junitxml={report}", str(tests)], tmp_path / "log", 8)
+    assert outcome.returncode is None  # stopped at the limit
+    assert any(name.endswith("test_quick") for name in junit_outcomes(report)["passed"])

@@ -1,7 +1,7 @@
 """``python -m mpp.benchmark.gpu --out <dir>``: everything a GPU must show, in one command (docs/performance.md, "The
 GPU acceptance run").
 
-Stages, each a subprocess with its own time limit (together at most 20 minutes), its output in ``<dir>/<stage>.log``:
+Stages, each a subprocess with its own time limit (together at most 18 minutes), its output in ``<dir>/<stage>.log``:
 
 - ``tests``: the test suite with ``MPP_TEST_DEVICE=cuda`` (tests/devices.py): which pass, which are CPU-only by
   design, which fail;
@@ -13,7 +13,8 @@ Stages, each a subprocess with its own time limit (together at most 20 minutes),
   and transformers;
 - ``loader``: ``python -m mpp.benchmark.loading`` on the machine's cores beside the step's images/s: how many loader
   cores one GPU needs;
-- ``fsdp``: accelerate's FSDP, one process on the GPU: a short run, its checkpoint, ``--resume``, the export.
+- ``fsdp``: accelerate's FSDP, one process on the GPU: a short run, its checkpoint, ``--resume``, the export;
+- ``profile``: where the step's time goes, supervised and MPP, by ``python -m mpp.benchmark.step_profile``.
 
 It writes ``<dir>/gpu_acceptance.json`` and ``<dir>/gpu_acceptance.md``; ``--stages`` runs some of them (a lent GPU
 takes one command of at most 10 minutes at a time), adding to what ``<dir>`` holds. Without CUDA it refuses in one
@@ -43,6 +44,7 @@ from mpp.training.checkpoint import list_checkpoints, read_step
 
 CHECKOUT_PARTS = ("tests", "recipes/mpp.py", "recipes/configs")  # what the stages run and read
 RESULTS_JSON, RESULTS_MARKDOWN = "gpu_acceptance.json", "gpu_acceptance.md"
+GRACE_S = 15  # from the interrupt at a stage's time limit to the kill
 NO_MONITORS = ["monitor.few_shot_every=0", "monitor.mosaic_every=0", "monitor.final_few_shot_draws=0"]
 
 
@@ -56,6 +58,7 @@ class Plan:
     batches: tuple[int, ...]  # tried largest first, until one fits
     step_modes: tuple[str, ...]  # eager, compiled
     step_args: tuple[str, ...]
+    profile_args: tuple[str, ...]
     jpegs: int
     short_side: int
     pretrain: tuple[str, ...]  # overrides of the preset for the short runs
@@ -71,11 +74,15 @@ def gpu_plan() -> Plan:
     workers = sorted({0, 1, 2, 4, 8, cores})
     return Plan(dry_run=False, preset="recipes/configs/mpp_vit_b16_paper.yaml", precision="bf16",
                 batches=(256, 192, 128, 96, 64, 32), step_modes=("eager", "compiled"),
-                step_args=("--steps", "10", "--repeats", "5", "--warmup", "3"), jpegs=2048, short_side=256,
+                step_args=("--steps", "10", "--repeats", "5", "--warmup", "3"),
+                profile_args=("--steps", "5", "--warmup", "3"), jpegs=2048, short_side=256,
                 pretrain=("train.compile=true", "train.log_every=20", "train.warmup_steps=100"),
-                stop_after_s=150, loader_args=("--workers", *map(str, workers), "--imagenet-images", "512"),
-                tests=("tests",),
-                limits_s={"tests": 420, "step": 300, "pretrain": 240, "loader": 120, "fsdp": 120})
+                stop_after_s=60, loader_args=("--workers", *map(str, workers), "--imagenet-images", "512", "--seconds", "2",
+                                          "--rounds", "2"),
+                tests=("-m", "not slow", "tests"),  # the fast lane: the whole suite is CPU-bound recipe launches
+                # Sized to a lent GPU's 15 minutes, start included, in two commands: step loader tests, then
+                # pretrain fsdp.
+                limits_s={"tests": 150, "step": 300, "pretrain": 240, "loader": 90, "fsdp": 120, "profile": 150})
 
 
 def dry_run_plan() -> Plan:
@@ -84,12 +91,13 @@ def dry_run_plan() -> Plan:
             *NO_MONITORS)
     return Plan(dry_run=True, preset="recipes/configs/mpp_tiny_cpu.yaml", precision="fp32", batches=(8,),
                 step_modes=("eager",),  # compiling for the CPU costs minutes; tests/test_recipe_mpp.py compiles
-                step_args=("--steps", "1", "--repeats", "1", "--warmup", "1"), jpegs=16, short_side=40,
+                step_args=("--steps", "1", "--repeats", "1", "--warmup", "1"),
+                profile_args=("--steps", "1", "--warmup", "1"), jpegs=16, short_side=40,
                 pretrain=tiny, stop_after_s=3,
                 loader_args=("--workers", "0", "--seconds", "0.2", "--imagenet-images", "8", "--rounds", "1"),
                 tests=("tests/test_schedule.py", "tests/test_checkpoint.py", "tests/test_multi_process.py",
                        "-k", "schedule or keep_the_newest or fsdp-1-on-cpu"),
-                limits_s={"tests": 300, "step": 300, "pretrain": 300, "loader": 300, "fsdp": 60})
+                limits_s={"tests": 300, "step": 300, "pretrain": 300, "loader": 300, "fsdp": 60, "profile": 120})
 
 
 @dataclass
@@ -99,22 +107,28 @@ class Outcome:
 
 
 def in_checkout(plan: Plan, command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
-    """``command`` started in the checkout, on its own code (which an installed package may predate)."""
+    """``command`` started in the checkout, on its own code (which an installed package may predate), the caller's
+    ``PYTHONPATH`` after it: packages carried to a machine without an index sit there (``pip install --target``)."""
+    python_path = os.pathsep.join(filter(None, [str(plan.checkout), os.environ.get("PYTHONPATH")]))
     return subprocess.Popen(command, cwd=plan.checkout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONPATH": str(plan.checkout), **(env or {})},
-                            start_new_session=True)
+                            env={**os.environ, "PYTHONPATH": python_path, **(env or {})}, start_new_session=True)
 
 
 def run(plan: Plan, command: list[str], log: Path, limit_s: float, env: dict[str, str] | None = None) -> Outcome:
-    """``command`` in the checkout, its output appended to ``log``; stopped (its whole process group) at
-    ``limit_s``."""
+    """``command`` in the checkout, its output appended to ``log``; interrupted (its whole process group) at
+    ``limit_s``, and killed if it has not ended ``GRACE_S`` later. The interrupt first: pytest then still writes
+    the report of the tests it ran."""
     process = in_checkout(plan, command, env)
     try:
         output, _ = process.communicate(timeout=limit_s)
         returncode: int | None = process.returncode
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate()
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            output, _ = process.communicate(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            output, _ = process.communicate()
         returncode = None
     append(log, f"$ {' '.join(command)}\n{output}\n[exit {returncode}]\n")
     return Outcome(returncode, output)
@@ -307,7 +321,8 @@ def fsdp_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
     run_dir = work / "fsdp-run"
     args = [f"data.source=hf:{work / 'prepared'}", f"data.hf_cache_dir={work / 'hf-cache'}",
             f"output_dir={run_dir}", f"train.global_batch_size={plan.batches[-1]}",
-            f"train.micro_batch_size={plan.batches[-1]}", "train.checkpoint_every=10", *plan.pretrain]
+            f"train.micro_batch_size={plan.batches[-1]}", "train.checkpoint_every=10", *plan.pretrain,
+            "train.compile=false"]  # FSDP's checkpoint and resume, without a second compile's minute
     if not (work / "prepared").is_dir():
         return failed("needs the pretrain stage's prepared data: run it first")
     first = run(plan, accelerate(plan, *args, "train.steps=10", fsdp=True), out / "fsdp.log",
@@ -323,8 +338,26 @@ def fsdp_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
             **export_loads(run_dir / "export")}
 
 
+def profile_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
+    """Where the step's time goes (``python -m mpp.benchmark.step_profile``), supervised and MPP, as the step
+    stage's last mode ran them."""
+    deadline = time.monotonic() + plan.limits_s["profile"]
+    figures: dict[str, Any] = {}
+    for row in ("supervised", "mpp"):
+        table = work / f"profile-{row}.json"
+        outcome = run(plan, [sys.executable, "-m", "mpp.benchmark.step_profile", "--config", plan.preset, "--row", row,
+                       "--batch", str(fitting_batch(out, plan)), "--precision", plan.precision, *plan.profile_args,
+                       "--json", str(table), *(["--compile"] if plan.step_modes[-1] == "compiled" else [])],
+                      out / "profile.log", max(1.0, deadline - time.monotonic()))
+        if outcome.returncode != 0:
+            return failed(f"the {row} profile: exit {outcome.returncode}; see profile.log", **figures)
+        figures[row] = json.loads(table.read_text())
+    return {"status": "passed", **figures}
+
+
 STAGES: dict[str, Callable[[Plan, Path, Path], dict[str, Any]]] = {
     "tests": tests_stage, "step": step_stage, "pretrain": pretrain_stage, "loader": loader_stage, "fsdp": fsdp_stage,
+    "profile": profile_stage,
 }
 
 
@@ -363,6 +396,13 @@ def summary(name: str, stage: dict[str, Any]) -> str:
                                  for row, result in table["rows"].items())
                 parts.append(f"{mode}, batch {table['batch_size']}: {rows}; MPP / supervised "
                              f"{table['mpp_over_supervised']:.3f}")
+    if name == "profile":
+        for row in ("supervised", "mpp"):
+            if row in stage:
+                shares = ", ".join(f"{kind} {share:.0%}" for kind, share in stage[row]["share_by_kind"].items())
+                busy = stage[row]["device_busy"]
+                parts.append(f"{row}: {1e3 * stage[row]['wall_seconds_per_step']:.1f} ms per step"
+                             + (f", device busy {busy:.0%}" if busy else "") + f"; {shares}")
     if name in ("pretrain", "fsdp", "loader"):
         parts += [f"{key} {value}" for key, value in stage.items() if key not in ("status", "why", "rows")]
     return "<br>".join(parts)
