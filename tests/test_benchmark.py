@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
 import statistics
 import subprocess
 import sys
@@ -16,7 +17,8 @@ import torch.nn.functional as F
 import yaml
 
 from mpp.benchmark import shapes_regions, step_profile
-from mpp.benchmark.training_step import build_model, forward_flops, main, measure_interleaved, peer_available
+from mpp.benchmark.training_step import (PEER_DOES_NOT_COMPILE, build_model, forward_flops, main, measure_interleaved,
+                                         peer_available, rows_to_measure)
 from mpp.config import MPPRunConfig
 from mpp.config_loading import build_config
 from mpp.data.shapes import ShapesSource
@@ -151,3 +153,22 @@ def test_the_presets_table_times_a_preset_and_lists_every_one(tmp_path):
     assert cells[9].startswith("MPP accuracy 33.6% at step 2,000")  # the preset's own '# Reaches:' line
     paper = [line for line in text.splitlines() if line.startswith("| `mpp_vit_b16_paper.yaml` |")][0]
     assert "yours (`data.source`, required)" in paper and "| - | - |" in paper  # not timed with --only
+
+
+@pytest.mark.slow
+def test_a_row_that_fails_ends_the_rows_still_waiting_so_that_the_benchmark_exits(tmp_path):
+    """On an H200 a compiled row's failure left the other rows waiting for orders, and the benchmark hung at exit
+    until its time limit."""
+    preset = tmp_path / "tiny.yaml"
+    preset.write_text(yaml.safe_dump({"model": TINY_MODEL}))
+    with pytest.raises(RuntimeError, match="the 'no such row' row's process ended before it was ready"):
+        measure_interleaved(["supervised", "no such row"], (str(preset), 2, "fp32", 0, False), batch=2, steps=1,
+                            repeats=1)
+    assert multiprocessing.active_children() == []
+
+
+def test_compiled_the_peer_is_left_out_saying_why_and_eager_it_is_measured_when_installed():
+    assert rows_to_measure(True, False) == (["supervised", "mpp"], PEER_DOES_NOT_COMPILE)
+    rows, absent = rows_to_measure(False, True)
+    assert rows[-2:] == ["supervised + grad checkpointing", "mpp + grad checkpointing"]
+    assert ("vit-pytorch" in rows) == peer_available() == (absent is None)

@@ -59,6 +59,14 @@ def test_shrinking_averages_each_output_pixels_footprint():
     assert torch.equal(mirrored, image.flip(-1))
 
 
+
+def test_views_are_cut_on_the_device_the_images_and_boxes_are_on():
+    # A GPU's decoded JPEGs are cut there (nvJPEG); the meta device stands in for it on a CPU: a tensor made on the
+    # CPU inside would fail as it failed on an H200.
+    images, boxes = torch.rand(2, 3, 20, 20, device="meta"), torch.tensor([[0.0, 0, 10, 10]] * 2, device="meta")
+    views = resized_crops(images, boxes, 8, flips=torch.tensor([True, False], device="meta"))
+    assert views.device.type == "meta" and views.shape == (2, 3, 8, 8)
+
 def test_channels_follow_the_model():
     grey = torch.rand(2, 1, 4, 4)
     assert torch.equal(match_channels(grey, 3), grey.expand(-1, 3, -1, -1))

@@ -83,7 +83,7 @@ def test_a_step_moves_the_weights_by_the_learning_rate_times_the_clipped_gradien
             return torch.optim.SGD(model.parameters(), lr=cfg.lr)
 
         model, _, _ = train_tiny_mpp(tiny_model_config, tmp_path / str(clip), cfg, sgd)
-        moved[clip] = torch.cat([(value.detach() - before[name]).flatten()
+        moved[clip] = torch.cat([(value.detach().cpu() - before[name].cpu()).flatten()  # on a GPU: after prepare
                                  for name, value in model.named_parameters()]).norm().item()
     assert moved[1e-4] == pytest.approx(1e-4, rel=1e-3)
     assert moved[1e6] > 100 * moved[1e-4]  # unclipped: the same step's whole gradient

@@ -32,7 +32,7 @@ class FlakyModel(torch.nn.Module):
         if self.bad_steps.get(self.calls) == "gradient":
             output.register_hook(lambda grad: grad * math.inf)  # the loss stays finite
         loss = output.pow(2).mean() * (math.nan if self.bad_steps.get(self.calls) == "loss" else 1.0)
-        return SimpleNamespace(loss=loss, accuracy=torch.zeros(()))
+        return SimpleNamespace(loss=loss, accuracy=torch.zeros((), device=loss.device))
 
 
 def run(tmp_path, bad_steps: dict[int, str], on_nonfinite: str, steps: int = 8, fused: bool = True):

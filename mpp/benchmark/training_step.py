@@ -78,6 +78,8 @@ def build_model(row: str, run: MPPRunConfig) -> torch.nn.Module:
     from mpp.models.classifier import ImageClassifier
     from mpp.models.masked_patch_prediction import MaskedPatchPredictor
 
+    if row not in ROWS:
+        raise ValueError(f"no benchmark row {row!r}: the rows are {', '.join(ROWS)}")
     encoder = create_encoder(run.model)
     if row == "mpp":
         return MaskedPatchPredictor(encoder, run.mpp, run.data.mean, run.data.std)
@@ -212,12 +214,22 @@ def measure_interleaved(rows: list[str], args: tuple, batch: int, steps: int, re
         processes.append(context.Process(target=_serve_row, args=(child, (row, *args))))
         processes[-1].start()
         child.close()  # the row's end is its own: if the row dies, reading from it ends instead of waiting forever
+    try:
+        return timed_in_turn(connections, batch, steps, repeats)
+    finally:  # a row that failed leaves the others waiting for orders: end them, or the benchmark never exits
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+            process.join()
+
+
+def timed_in_turn(connections: dict[str, Connection], batch: int, steps: int, repeats: int) -> dict[str, Any]:
     for row, connection in connections.items():  # all built and warmed up before the first timing
         try:
             connection.recv()
         except EOFError:
             raise RuntimeError(f"the {row!r} row's process ended before it was ready (its traceback is above)") from None
-    timings: dict[str, list[float]] = {row: [] for row in rows}
+    timings: dict[str, list[float]] = {row: [] for row in connections}
     for _ in range(repeats):
         for row, connection in connections.items():
             connection.send(steps)
@@ -227,8 +239,6 @@ def measure_interleaved(rows: list[str], args: tuple, batch: int, steps: int, re
         connection.send(None)
         results[row] = {"images_per_second": batch / statistics.median(timings[row]), **connection.recv(),
                         "seconds_per_step": timings[row]}
-    for process in processes:
-        process.join()
     return results
 
 
@@ -238,6 +248,21 @@ def peer_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+PEER_DOES_NOT_COMPILE = ("its MPP finds the patches to corrupt with nonzero, whose output's shape depends on the "
+                         "data, and torch.compile fails on it (DynamicOutputShapeException: aten.nonzero; torch 2.11 "
+                         "on an H200)")
+
+
+def rows_to_measure(compile_model: bool, grad_checkpointing: bool) -> tuple[list[str], str | None]:
+    """The rows, and why the peer's is not among them (None when it is)."""
+    if compile_model:
+        peer_absent: str | None = PEER_DOES_NOT_COMPILE
+    else:
+        peer_absent = None if peer_available() else f"not installed (pip install vit-pytorch=={PEER_VERSION})"
+    rows = [row for row in ROWS if row != "vit-pytorch" or peer_absent is None]
+    return rows + [row + CHECKPOINTED for row in ("supervised", "mpp") if grad_checkpointing], peer_absent
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -257,12 +282,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     run = preset_encoder_and_batch(args.config)
     batch = args.batch or run.train.micro_batch_size or run.train.global_batch_size
-    rows = [row for row in ROWS if row != "vit-pytorch" or peer_available()]
-    rows += [row + CHECKPOINTED for row in ("supervised", "mpp") if args.grad_checkpointing]
+    rows, peer_absent = rows_to_measure(args.compile, args.grad_checkpointing)
     measured = measure_interleaved(rows, (str(args.config), batch, args.precision, args.warmup, args.compile), batch,
                                    args.steps, args.repeats)
     results: dict[str, Any] = {"preset": str(args.config), "batch_size": batch, "precision": args.precision,
-                               "compile": args.compile, "rows": measured}
+                               "compile": args.compile, "rows": measured, "peer_not_measured": peer_absent}
     device = results["device"] = results["rows"]["mpp"]["device"]
     peak = peak_flops(device)
     for row, result in results["rows"].items():
@@ -290,5 +314,5 @@ def print_table(results: dict[str, Any], run: MPPRunConfig) -> None:
               f"{result['training_flops_per_image'] / 1e9:.3f} | {'' if mfu is None else f'{mfu:.1%}'} |")
     print(f"MPP / supervised: {results['mpp_over_supervised']:.3f}"
           + (f"; MPP / vit-pytorch: {results['mpp_over_vit_pytorch']:.2f}" if results["mpp_over_vit_pytorch"]
-             else f"; vit-pytorch not installed (pip install vit-pytorch=={PEER_VERSION})"))
+             else f"; vit-pytorch not measured: {results['peer_not_measured']}"))
 

@@ -154,7 +154,8 @@ def resized_crops(
     """(b c h w) images, (b 4) boxes -> (b c size size) in [0, 1]; uint8 input is scaled to [0, 1] first."""
     if images.dtype == torch.uint8:
         images = images.float() / 255
-    rois = torch.cat([torch.arange(len(boxes), dtype=boxes.dtype)[:, None], boxes], dim=1)  # (b 5): image, box
+    image_of_box = torch.arange(len(boxes), dtype=boxes.dtype, device=boxes.device)  # the boxes' device: a GPU's
+    rois = torch.cat([image_of_box[:, None], boxes], dim=1)  # (b 5): image, box
     # aligned=True: pixel i covers [i, i+1), so the box (0, 0, w, h) is exactly the whole image.
     views = roi_align(images, rois, output_size=size, spatial_scale=1.0, sampling_ratio=-1, aligned=True)
     return mirrored(views, flips).clamp_(0, 1)
