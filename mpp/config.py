@@ -564,7 +564,10 @@ class ReproductionConfig:
     encoder: tuple[str, ...] = ()  # every run: the one encoder all rows share (model.*)
     pretraining: tuple[str, ...] = ()  # the MPP and supervised runs (train.*, data.*, monitor.*)
     mpp: tuple[str, ...] = ()  # the MPP runs only, before each variant's own target and corruption rate
-    finetune: tuple[str, ...] = ()
+    finetune: tuple[str, ...] = ()  # every row's fine-tuning (with finetune.sweep_lrs: each row's rate from one grid)
+    # The from-scratch rows' fine-tuning, after ``finetune``: a randomly initialised ViT needs many more steps than a
+    # pre-trained one, so it trains at least as many as pre-training and fine-tuning together (train.steps=...).
+    scratch_finetune: tuple[str, ...] = ()
     few_shot: tuple[str, ...] = ()
     linear_probe: tuple[str, ...] = ()  # the raw-pixel baselines: logistic regression ...
     knn: tuple[str, ...] = ()  # ... and kNN

@@ -113,7 +113,8 @@ def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
                 pretraining.append(Run(source, "pretrain", command(row.pretraining, source, seed, *row.overrides),
                                        after=None))
             init = (f"init={output_dir / source}",) if source else ()
-            for stage, extra in (("finetune", (f"data.subset_seed={seed}", *init)), ("few_shot", init)):
+            finetune = (f"data.subset_seed={seed}", *init, *(() if source else cfg.scratch_finetune))
+            for stage, extra in (("finetune", finetune), ("few_shot", init)):
                 name = f"{stage}/{row.name}-seed{seed}"
                 evaluation.append(Run(name, stage, command(stage, name, seed, *extra), source))
         name = f"few_shot/{PIXELS_ROW}-seed{seed}"

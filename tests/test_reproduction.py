@@ -109,6 +109,10 @@ def test_a_preset_lists_its_own_rows_and_claims_and_the_plan_follows_them(tmp_pa
     assert {name for name in runs if name.startswith(("pretrain/", "finetune/"))} == {
         "pretrain/pixels-seed0", "finetune/none-seed0", "finetune/pixels-seed0"}
     assert "mpp.target=pixels" in runs["pretrain/pixels-seed0"].command
+    longer = tiny_config(tmp_path, seeds=[0], rows=rows, claims=[], scratch_finetune=["train.steps=7"])
+    runs = {run.name: run for run in plan_runs(longer, ROOT)}
+    assert "train.steps=7" in runs["finetune/none-seed0"].command  # the from-scratch row trains longer ...
+    assert "train.steps=7" not in runs["finetune/pixels-seed0"].command  # ... than the pre-trained ones
     with pytest.raises(ConfigError, match="claims: 'x' compares 'pixels' with 'scratch', and the rows are none, "
                                           "pixels"):
         tiny_config(tmp_path, rows=rows, claims=[{"claim": "x", "better": "pixels", "worse": "scratch"}])
