@@ -229,9 +229,15 @@ def few_shot_curve(directory: Path, shots: int) -> list[tuple[int, float]]:
     return sorted(points.items())
 
 
-def few_shot_means(directory: Path) -> dict[str, float]:
-    """A few-shot run's mean accuracy per number of shots."""
-    return {shots: scores["mean"] for shots, scores in read_metrics(directory)["few_shot"].items()}
+def few_shot_means(directory: Path, measure: str = "mean") -> dict[str, float]:
+    """A few-shot run's mean accuracy (``balanced_mean``: balanced accuracy) per number of shots."""
+    return {shots: scores[measure] for shots, scores in read_metrics(directory)["few_shot"].items()}
+
+
+def few_shot_over_seeds(directories: list[Path], measure: str = "mean") -> dict[str, list[float]]:
+    """{shots: [each seed's mean]} of the few-shot runs in ``directories``."""
+    runs = [few_shot_means(directory, measure) for directory in directories]
+    return {shots: [run[shots] for run in runs] for shots in runs[0]}
 
 
 def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
@@ -241,10 +247,8 @@ def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
     output_dir = Path(cfg.output_dir)
     rows = {}
     for row in cfg.rows:
-        finetune = [read_metrics(output_dir / f"finetune/{row.name}-seed{seed}")["test_accuracy"]
-                    for seed in cfg.seeds]
-        few_shot_runs = [few_shot_means(output_dir / f"few_shot/{row.name}-seed{seed}") for seed in cfg.seeds]
-        few_shot = {shots: [run[shots] for run in few_shot_runs] for shots in few_shot_runs[0]}
+        finetune = [read_metrics(output_dir / f"finetune/{row.name}-seed{seed}") for seed in cfg.seeds]
+        few_shot = [output_dir / f"few_shot/{row.name}-seed{seed}" for seed in cfg.seeds]
         curves, monitor_shots = {}, None
         for seed in cfg.seeds if row.pretraining else ():
             pretraining = output_dir / f"pretrain/{row.name}-seed{seed}"
@@ -252,17 +256,24 @@ def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
             if monitor["few_shot_every"]:
                 monitor_shots = monitor["few_shot_shots"]
                 curves[seed] = few_shot_curve(pretraining, monitor_shots)
-        rows[row.name] = {"label": row.label, "pretraining": row.pretraining, "finetune_accuracy": finetune,
-                          "few_shot_accuracy": few_shot, "few_shot_during_pretraining": curves,
-                          "few_shot_during_pretraining_shots": monitor_shots}
-    pixel_runs = [few_shot_means(output_dir / f"few_shot/{PIXELS_ROW}-seed{seed}") for seed in cfg.seeds]
-    baselines: dict[str, Any] = {"few_shot_accuracy": {shots: [run[shots] for run in pixel_runs]
-                                                       for shots in pixel_runs[0]}}
+        rows[row.name] = {"label": row.label, "pretraining": row.pretraining,
+                          "finetune_accuracy": [run["test_accuracy"] for run in finetune],
+                          "finetune_balanced_accuracy": [run["test_balanced_accuracy"] for run in finetune],
+                          "finetune_per_class_accuracy": [run["test_per_class_accuracy"] for run in finetune],
+                          "finetune_lr": [run["chosen_lr"] or run["lr"] for run in finetune],
+                          "finetune_steps": [run["step"] for run in finetune],
+                          "few_shot_accuracy": few_shot_over_seeds(few_shot),
+                          "few_shot_balanced_accuracy": few_shot_over_seeds(few_shot, "balanced_mean"),
+                          "few_shot_during_pretraining": curves, "few_shot_during_pretraining_shots": monitor_shots}
+    pixel_runs = [output_dir / f"few_shot/{PIXELS_ROW}-seed{seed}" for seed in cfg.seeds]
+    baselines: dict[str, Any] = {"few_shot_accuracy": few_shot_over_seeds(pixel_runs),
+                                 "few_shot_balanced_accuracy": few_shot_over_seeds(pixel_runs, "balanced_mean")}
     for script in BASELINES:
         for labels in ("labelled", "all"):
             metrics = [read_metrics(output_dir / f"baseline/pixels-{script}-{labels}-seed{seed}") for seed in
                        (cfg.seeds if labels == "labelled" else cfg.seeds[:1])]
             baselines[f"{script}_{labels}"] = [run[script]["test_accuracy"] for run in metrics]
+            baselines[f"{script}_{labels}_balanced"] = [run[script]["test_balanced_accuracy"] for run in metrics]
             baselines[f"{labels}_images"] = metrics[0]["train_images"]
     baselines["knn_k"] = read_metrics(output_dir / f"baseline/pixels-knn-all-seed{cfg.seeds[0]}")["knn"]["k"]
     supervised = [row.name for row in cfg.rows if row.pretraining == "supervised"][:1]
@@ -284,12 +295,18 @@ class BrokenBaseline(RunError):
 
 
 def rows_at_chance(results: dict[str, Any], margin: float) -> list[str]:
-    """The rows whose mean fine-tuned test accuracy lies within ``margin`` of chance (1 / classes); none for a margin
-    of 0."""
-    chance = 1 / results["classes"]
-    return [f"{row['label']} ({100 * statistics.fmean(row['finetune_accuracy']):.1f}%, chance {100 * chance:.1f}%)"
+    """The rows whose mean fine-tuned test accuracy, balanced where recorded (always answering one class then scores
+    chance, however large the class), lies within ``margin`` of chance (1 / classes); none for a margin of 0."""
+    chance, key = 1 / results["classes"], headline(results)
+    return [f"{row['label']} ({100 * statistics.fmean(row[key]):.1f}%, chance {100 * chance:.1f}%)"
             for row in results["rows"].values()
-            if margin > 0 and abs(statistics.fmean(row["finetune_accuracy"]) - chance) <= margin]
+            if margin > 0 and abs(statistics.fmean(row[key]) - chance) <= margin]
+
+
+def headline(results: dict[str, Any]) -> str:
+    """The fine-tuned figure the claims and the chance check read: balanced accuracy where the results hold it."""
+    row = next(iter(results["rows"].values()))
+    return "finetune_balanced_accuracy" if "finetune_balanced_accuracy" in row else "finetune_accuracy"
 
 
 def claim_cell(better: list[float], worse: list[float]) -> str:
@@ -298,28 +315,46 @@ def claim_cell(better: list[float], worse: list[float]) -> str:
     return describe_difference(paired_difference(better, worse, scale=100), claimed=True)
 
 
+def learning_rates(rates: list[float]) -> str:
+    """Each chosen learning rate and how many seeds chose it: "0.1 x4, 0.3 x1"."""
+    return ", ".join(f"{rate:g} x{rates.count(rate)}" for rate in sorted(set(rates)))
+
+
 def results_table(results: dict[str, Any]) -> str:
-    """Markdown: every row's accuracies (mean ± standard deviation over the seeds, in %), each claim, and the
-    references on the same images: raw pixels, and the ViT trained from scratch with the labels alone."""
+    """Markdown: every row's accuracies (mean ± standard deviation over the seeds, in %) and, where recorded, its
+    balanced accuracies and chosen learning rates; each claim; and the references on the same images: raw pixels,
+    and the ViT trained from scratch with the labels alone."""
     rows, pixels = results["rows"], results["pixels"]
     labelled = f"{results['labelled_per_class']} labels per class"
     shots = list(next(iter(rows.values()))["few_shot_accuracy"])
-    lines = [f"| Starting point | Fine-tuned, {labelled} | " + " | ".join(f"{k}-shot" for k in shots) + " |",
-             "|---|---:|" + "---:|" * len(shots)]
-    for row in rows.values():
-        lines.append(f"| {row['label']} | {percent(row['finetune_accuracy'])} | "
-                     + " | ".join(percent(row["few_shot_accuracy"][k]) for k in shots) + " |")
-    lines.append("| raw pixels, no encoder | — | "
-                 + " | ".join(percent(pixels["few_shot_accuracy"][k]) for k in shots) + " |")
+    balanced = headline(results) == "finetune_balanced_accuracy"
     majority = f"{100 * results['majority_class_accuracy']:.1f}"
-    lines.append(f"| always the largest class (chance: {100 / results['classes']:.1f}) | {majority} | "
-                 + " | ".join(majority for _ in shots) + " |")
-    lines += ["", "| The paper's claim | Fine-tuned | " + " | ".join(f"{k}-shot" for k in shots) + " |",
-              "|---|---|" + "---|" * len(shots)]
+    lines = []
+    for measure, suffix in (("accuracy", ""), ("balanced accuracy", "_balanced"))[: 2 if balanced else 1]:
+        rates = measure == "accuracy" and "finetune_lr" in next(iter(rows.values()))
+        lines += [f"| Starting point: {measure} | Fine-tuned, {labelled} | " + ("learning rate (seeds) | " if rates
+                                                                                 else "")
+                  + " | ".join(f"{k}-shot" for k in shots) + " |", "|---|---:|" + ("---|" if rates else "")
+                  + "---:|" * len(shots)]
+        for row in rows.values():
+            few_shot = row[f"few_shot{suffix}_accuracy"] if suffix else row["few_shot_accuracy"]
+            lines.append(f"| {row['label']} | {percent(row[f'finetune{suffix}_accuracy'])} | "
+                         + (f"{learning_rates(row['finetune_lr'])} | " if rates else "")
+                         + " | ".join(percent(few_shot[k]) for k in shots) + " |")
+        few_shot = pixels[f"few_shot{suffix}_accuracy"] if suffix else pixels["few_shot_accuracy"]
+        lines.append("| raw pixels, no encoder | — | " + ("— | " if rates else "")
+                     + " | ".join(percent(few_shot[k]) for k in shots) + " |")
+        floor = majority if not suffix else f"{100 / results['classes']:.1f}"
+        lines.append(f"| always the largest class (chance: {100 / results['classes']:.1f}) | {floor} | "
+                     + ("— | " if rates else "") + " | ".join(floor for _ in shots) + " |")
+        lines.append("")
+    few_shot_key = "few_shot_balanced_accuracy" if balanced else "few_shot_accuracy"
+    lines += [f"| The paper's claim ({'balanced accuracy' if balanced else 'accuracy'}) | Fine-tuned | "
+              + " | ".join(f"{k}-shot" for k in shots) + " |", "|---|---|" + "---|" * len(shots)]
     for claim in results["claims"]:
         better, worse = rows[claim["better"]], rows[claim["worse"]]
-        cells = [claim_cell(better["finetune_accuracy"], worse["finetune_accuracy"])]
-        cells += [claim_cell(better["few_shot_accuracy"][k], worse["few_shot_accuracy"][k]) for k in shots]
+        cells = [claim_cell(better[headline(results)], worse[headline(results)])]
+        cells += [claim_cell(better[few_shot_key][k], worse[few_shot_key][k]) for k in shots]
         lines.append(f"| {claim['claim']} | " + " | ".join(cells) + " |")
     lines += ["", f"| Reference on the same training images | {labelled} ({pixels['labelled_images']:,} images) | "
                   f"all {pixels['all_images']:,} labels |", "|---|---:|---:|"]
@@ -328,7 +363,8 @@ def results_table(results: dict[str, Any]) -> str:
         lines.append(f"| {label} | {percent(pixels[f'{script}_labelled'])} | {percent(pixels[f'{script}_all'])} |")
     scratch = next(row for row in rows.values() if row["pretraining"] is None)
     supervised = results["supervised_test_accuracy"]
-    lines.append(f"| the ViT from scratch: fine-tuning recipe; supervised pre-training with its own head | "
+    steps = f" ({scratch['finetune_steps'][0]:,} steps)" if "finetune_steps" in scratch else ""
+    lines.append(f"| the ViT from scratch: fine-tuning recipe{steps}; supervised pre-training with its own head | "
                  f"{percent(scratch['finetune_accuracy'])} | {percent(supervised) if supervised else '—'} |")
     return "\n".join(lines) + "\n"
 

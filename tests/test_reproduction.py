@@ -193,8 +193,9 @@ def example_results() -> dict:
 
 def test_the_table_gives_mean_and_deviation_and_judges_each_claim_by_its_95_percent_interval():
     table = results_table(example_results())
-    assert "| Starting point | Fine-tuned, 4 labels per class | 5-shot |" in table
+    assert "| Starting point: accuracy | Fine-tuned, 4 labels per class | 5-shot |" in table
     assert "| from scratch | 45.0 ± 7.1 | 30.0 ± 0.0 |" in table
+    assert "balanced" not in table and "learning rate" not in table  # results.json of an experiment without them
     assert "| raw pixels, no encoder | — | 21.0 ± 1.4 |" in table
     assert "| always the largest class (chance: 10.0) | 37.6 | 37.6 |" in table
     assert "| Reference on the same training images | 4 labels per class (40 images) | all 600 labels |" in table
@@ -210,6 +211,33 @@ def test_the_table_gives_mean_and_deviation_and_judges_each_claim_by_its_95_perc
     assert "| -9.0 [-21.7, +3.7], not shown (p 0.07;" in lines["the mean-colour target beats L2 pixel regression"]
 
 
+def with_balanced_accuracy(results: dict) -> dict:
+    """``results`` as an experiment that records balanced accuracy and the chosen learning rates writes them: here
+    every balanced accuracy is 10 points below the accuracy, and the pre-trained rows chose 0.1 and 0.3."""
+    for row in results["rows"].values():
+        row["finetune_balanced_accuracy"] = [value - 0.1 for value in row["finetune_accuracy"]]
+        row["few_shot_balanced_accuracy"] = {k: [v - 0.1 for v in vs] for k, vs in row["few_shot_accuracy"].items()}
+        row["finetune_lr"] = [0.1, 0.3] if row["pretraining"] else [0.3, 0.3]
+        row["finetune_steps"] = [250, 250] if row["pretraining"] else [1030, 1030]
+    results["pixels"]["few_shot_balanced_accuracy"] = {"5": [0.10, 0.12]}
+    return results
+
+
+def test_balanced_accuracy_gets_its_own_table_and_is_what_the_claims_read():
+    table = results_table(with_balanced_accuracy(example_results()))
+    assert "| Starting point: accuracy | Fine-tuned, 4 labels per class | learning rate (seeds) | 5-shot |" in table
+    assert "| from scratch | 45.0 ± 7.1 | 0.3 x2 | 30.0 ± 0.0 |" in table
+    assert "| MPP colour 50 | 61.0 ± 1.4 | 0.1 x1, 0.3 x1 | 31.0 ± 1.4 |" in table
+    assert "| Starting point: balanced accuracy | Fine-tuned, 4 labels per class | 5-shot |" in table
+    assert "| from scratch | 35.0 ± 7.1 | 20.0 ± 0.0 |" in table and "| raw pixels, no encoder | — | 11.0 ± 1.4 |" in table
+    # Always the largest class: 37.6% of the images, but balanced accuracy is chance whatever the class's size.
+    assert "| always the largest class (chance: 10.0) | 10.0 | 10.0 |" in table
+    assert "| The paper's claim (balanced accuracy) |" in table
+    assert "fine-tuning recipe (1,030 steps); supervised pre-training" in table
+    # The differences are those of the accuracies (every figure moved by the same 10 points): the same intervals.
+    assert "| +19.0 [+6.3, +31.7], shown (p 0.033) |" in table
+
+
 def test_a_row_that_stays_at_chance_is_named_as_a_broken_baseline():
     results = example_results()
     assert rows_at_chance(results, 0.02) == []
@@ -218,6 +246,11 @@ def test_a_row_that_stays_at_chance_is_named_as_a_broken_baseline():
     assert rows_at_chance(results, 0.0) == []  # no check
     results["rows"]["scratch"]["finetune_accuracy"] = [0.12, 0.13]  # 2.5 points above: it learned something
     assert rows_at_chance(results, 0.02) == []
+    # Always answering clip art's largest class: 37.6% accuracy, far from chance, but balanced accuracy at chance.
+    results = with_balanced_accuracy(example_results())
+    results["rows"]["scratch"]["finetune_accuracy"] = [0.376, 0.376]
+    results["rows"]["scratch"]["finetune_balanced_accuracy"] = [0.10, 0.10]
+    assert rows_at_chance(results, 0.02) == ["from scratch (10.0%, chance 10.0%)"]
 
 
 def test_tables_only_rewrites_the_published_tables_plots_and_page_from_results_json(tmp_path):
