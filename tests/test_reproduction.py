@@ -76,7 +76,8 @@ def test_the_plan_runs_every_row_for_every_seed_each_after_its_own_pre_training(
     assert all(run.after is None and "eval.features=pixels" in run.command for run in runs[:first_pretraining])
     assert stages[first_pretraining:] == sorted(stages[first_pretraining:], key=lambda stage: stage != "pretrain")
     pretrained = [row for row in PAPER_ROWS if row.pretraining]
-    assert len(runs) == 2 * (len(pretrained) + 2 * len(PAPER_ROWS) + BASELINE_RUNS["seed"]) + BASELINE_RUNS["once"]
+    # Per seed: each pre-training; each row's fine-tuning and few-shot through both readouts; the baselines.
+    assert len(runs) == 2 * (len(pretrained) + 3 * len(PAPER_ROWS) + BASELINE_RUNS["seed"]) + BASELINE_RUNS["once"]
     by_name = {run.name: run for run in runs}
     for seed in (3, 7):
         for row in PAPER_ROWS:
@@ -109,6 +110,11 @@ def test_a_preset_lists_its_own_rows_and_claims_and_the_plan_follows_them(tmp_pa
     assert {name for name in runs if name.startswith(("pretrain/", "finetune/"))} == {
         "pretrain/pixels-seed0", "finetune/none-seed0", "finetune/pixels-seed0"}
     assert "mpp.target=pixels" in runs["pretrain/pixels-seed0"].command
+    # Few-shot through both readouts: eval.features=auto's, and the other one named.
+    assert "eval.features=token" in runs["few_shot/pixels-token-seed0"].command
+    assert runs["few_shot/pixels-token-seed0"].after == "pretrain/pixels-seed0"
+    assert "eval.features=avg" in runs["few_shot/none-avg-seed0"].command
+    assert not any(arg.startswith(("init=", "eval.features")) for arg in runs["few_shot/none-seed0"].command)
     longer = tiny_config(tmp_path, seeds=[0], rows=rows, claims=[], scratch_finetune=["train.steps=7"])
     runs = {run.name: run for run in plan_runs(longer, ROOT)}
     assert "train.steps=7" in runs["finetune/none-seed0"].command  # the from-scratch row trains longer ...
@@ -219,6 +225,7 @@ def with_balanced_accuracy(results: dict) -> dict:
         row["few_shot_balanced_accuracy"] = {k: [v - 0.1 for v in vs] for k, vs in row["few_shot_accuracy"].items()}
         row["finetune_lr"] = [0.1, 0.3] if row["pretraining"] else [0.3, 0.3]
         row["finetune_steps"] = [250, 250] if row["pretraining"] else [1030, 1030]
+        row["few_shot_by_readout"] = {"token": row["few_shot_accuracy"], "avg": {"5": [0.5, 0.7]}}
     results["pixels"]["few_shot_balanced_accuracy"] = {"5": [0.10, 0.12]}
     return results
 
@@ -233,6 +240,8 @@ def test_balanced_accuracy_gets_its_own_table_and_is_what_the_claims_read():
     # Always the largest class: 37.6% of the images, but balanced accuracy is chance whatever the class's size.
     assert "| always the largest class (chance: 10.0) | 10.0 | 10.0 |" in table
     assert "| The paper's claim (balanced accuracy) |" in table
+    assert "| Few-shot accuracy by readout | 5-shot, [class] token | 5-shot, mean patch token |" in table
+    assert "| from scratch | 30.0 ± 0.0 | 60.0 ± 14.1 |" in table
     assert "fine-tuning recipe (1,030 steps); supervised pre-training" in table
     # The differences are those of the accuracies (every figure moved by the same 10 points): the same intervals.
     assert "| +19.0 [+6.3, +31.7], shown (p 0.033) |" in table
@@ -281,17 +290,22 @@ def test_the_whole_experiment_runs_writes_its_table_and_plots_and_a_rerun_redoes
     command = [sys.executable, str(ROOT / "recipes" / "reproduce.py"), "--config", str(preset)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    runs = len(PAPER_ROWS) * 2 + sum(1 for row in PAPER_ROWS if row.pretraining) + BASELINE_RUNS["seed"] + BASELINE_RUNS["once"]
+    runs = len(PAPER_ROWS) * 3 + sum(1 for row in PAPER_ROWS if row.pretraining) + BASELINE_RUNS["seed"] + BASELINE_RUNS["once"]
     assert f"{runs} runs, 0 already finished" in result.stderr
     table = (output_dir / "results.md").read_text()
     for row in PAPER_ROWS:
-        assert re.search(rf"\| {re.escape(row.label)} \| [\d.]+ ± 0\.0 \| [\d.]+ ± 0\.0 \| [\d.]+ ± 0\.0 \|", table)
+        # accuracy, the learning rate its seed used, the few-shot accuracies; then balanced accuracy; both readouts
+        assert re.search(rf"\| {re.escape(row.label)} \| [\d.]+ ± 0\.0 \| [\d.e-]+ x1 \| [\d.]+ ± 0\.0 \| [\d.]+ ± 0\.0 \|",
+                         table)
+        assert len(re.findall(rf"\| {re.escape(row.label)} \| [\d.]+ ± 0\.0 \| [\d.]+ ± 0\.0 \|", table)) >= 2
     assert re.search(r"\| logistic regression on raw pixels \| [\d.]+ ± 0\.0 \| [\d.]+ ± 0\.0 \|", table)
     assert re.search(rf"\n{runs} runs, 2 at a time, in \d+ min of wall time", table)
     results = json.loads((output_dir / "results.json").read_text())
     curve = results["rows"]["mpp-colour-50"]["few_shot_during_pretraining"]["0"]
     assert [images for images, _ in curve] == [0, 16, 32]  # before the first step and every 2 steps of 8 images
     assert results["rows"]["scratch"]["few_shot_during_pretraining"] == {}
+    assert set(results["rows"]["mpp-colour-50"]["few_shot_by_readout"]) == {"token", "avg"}
+    assert len(results["rows"]["scratch"]["finetune_per_class_accuracy"][0]) == 10
     assert results["pixels"]["labelled_images"] == 40 and results["pixels"]["all_images"] == 50_000
     assert results["classes"] == 10 and 0.1 <= results["majority_class_accuracy"] < 0.2  # shapes: balanced
     for plot in ("finetune_accuracy.png", "few_shot_during_pretraining.png"):
