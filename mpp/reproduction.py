@@ -337,61 +337,84 @@ def learning_rates(rates: list[float]) -> str:
     return ", ".join(f"{rate:g} x{rates.count(rate)}" for rate in sorted(set(rates)))
 
 
+def markdown_table(header: list[str], body: list[list[str]], left_columns: int = 1) -> list[str]:
+    """A Markdown table's lines and a blank line after it; the columns after the first ``left_columns`` align right
+    (figures)."""
+    rule = "|" + "|".join("---" if column < left_columns else "---:" for column in range(len(header))) + "|"
+    return ["| " + " | ".join(header) + " |", rule, *("| " + " | ".join(cells) + " |" for cells in body), ""]
+
+
+def accuracy_table(results: dict[str, Any], balanced: bool) -> list[str]:
+    """Every row's fine-tuned and few-shot accuracy (``balanced``: balanced accuracy), with the chosen learning rates
+    where recorded, then the raw pixels and always answering the largest class."""
+    rows, shots, suffix = results["rows"], few_shot_shots(results), "_balanced" if balanced else ""
+    rates = not balanced and "finetune_lr" in next(iter(rows.values()))
+    header = [f"Starting point: {'balanced accuracy' if balanced else 'accuracy'}",
+              f"Fine-tuned, {results['labelled_per_class']} labels per class",
+              *(["learning rate (seeds)"] if rates else []), *(f"{k}-shot" for k in shots)]
+    body = [[row["label"], percent(row[f"finetune{suffix}_accuracy"]),
+             *([learning_rates(row["finetune_lr"])] if rates else []),
+             *(percent(row[f"few_shot{suffix}_accuracy"][k]) for k in shots)] for row in rows.values()]
+    pixels = results["pixels"][f"few_shot{suffix}_accuracy"]
+    body.append(["raw pixels, no encoder", "—", *(["—"] if rates else []), *(percent(pixels[k]) for k in shots)])
+    # Always answering the largest class: its share of the test images, and chance in balanced accuracy.
+    floor = f"{100 / results['classes'] if balanced else 100 * results['majority_class_accuracy']:.1f}"
+    body.append([f"always the largest class (chance: {100 / results['classes']:.1f})", floor,
+                 *(["—"] if rates else []), *(floor for _ in shots)])
+    return markdown_table(header, body)
+
+
+def readout_table(results: dict[str, Any]) -> list[str]:
+    """Every row's few-shot accuracy through both readouts of its frozen encoder."""
+    shots = few_shot_shots(results)
+    header = ["Few-shot accuracy by readout", *(f"{k}-shot, {READOUTS[readout]}" for k in shots
+                                                for readout in READOUTS)]
+    return markdown_table(header, [[row["label"], *(percent(row["few_shot_by_readout"][readout][k]) for k in shots
+                                                    for readout in READOUTS)] for row in results["rows"].values()])
+
+
+def claims_table(results: dict[str, Any]) -> list[str]:
+    """Each claim as the paired difference of its two rows, fine-tuned and few-shot, in the headline measure."""
+    rows, shots, finetuned = results["rows"], few_shot_shots(results), headline(results)
+    balanced = finetuned == "finetune_balanced_accuracy"
+    few_shot = "few_shot_balanced_accuracy" if balanced else "few_shot_accuracy"
+    header = [f"The paper's claim ({'balanced accuracy' if balanced else 'accuracy'})", "Fine-tuned",
+              *(f"{k}-shot" for k in shots)]
+    body = [[claim["claim"], claim_cell(rows[claim["better"]][finetuned], rows[claim["worse"]][finetuned]),
+             *(claim_cell(rows[claim["better"]][few_shot][k], rows[claim["worse"]][few_shot][k]) for k in shots)]
+            for claim in results["claims"]]
+    return markdown_table(header, body, left_columns=len(header))
+
+
+def reference_table(results: dict[str, Any]) -> list[str]:
+    """The references on the same training images: raw pixels, and the ViT trained with the labels alone."""
+    rows, pixels = results["rows"], results["pixels"]
+    header = ["Reference on the same training images",
+              f"{results['labelled_per_class']} labels per class ({pixels['labelled_images']:,} images)",
+              f"all {pixels['all_images']:,} labels"]
+    body = [[label + (f", k={pixels['knn_k']}" if script == "knn" else ""), percent(pixels[f"{script}_labelled"]),
+             percent(pixels[f"{script}_all"])] for script, label in BASELINES.items()]
+    scratch = next(row for row in rows.values() if row["pretraining"] is None)
+    steps = f" ({scratch['finetune_steps'][0]:,} steps)" if "finetune_steps" in scratch else ""
+    supervised = results["supervised_test_accuracy"]
+    body.append([f"the ViT from scratch: fine-tuning recipe{steps}; supervised pre-training with its own head",
+                 percent(scratch["finetune_accuracy"]), percent(supervised) if supervised else "—"])
+    return markdown_table(header, body)[:-1]
+
+
+def few_shot_shots(results: dict[str, Any]) -> list[str]:
+    return list(next(iter(results["rows"].values()))["few_shot_accuracy"])
+
+
 def results_table(results: dict[str, Any]) -> str:
     """Markdown: every row's accuracies (mean ± standard deviation over the seeds, in %) and, where recorded, its
-    balanced accuracies and chosen learning rates; each claim; and the references on the same images: raw pixels,
-    and the ViT trained from scratch with the labels alone."""
-    rows, pixels = results["rows"], results["pixels"]
-    labelled = f"{results['labelled_per_class']} labels per class"
-    shots = list(next(iter(rows.values()))["few_shot_accuracy"])
-    balanced = headline(results) == "finetune_balanced_accuracy"
-    majority = f"{100 * results['majority_class_accuracy']:.1f}"
-    lines = []
-    for measure, suffix in (("accuracy", ""), ("balanced accuracy", "_balanced"))[: 2 if balanced else 1]:
-        rates = measure == "accuracy" and "finetune_lr" in next(iter(rows.values()))
-        lines += [f"| Starting point: {measure} | Fine-tuned, {labelled} | " + ("learning rate (seeds) | " if rates
-                                                                                 else "")
-                  + " | ".join(f"{k}-shot" for k in shots) + " |", "|---|---:|" + ("---|" if rates else "")
-                  + "---:|" * len(shots)]
-        for row in rows.values():
-            few_shot = row[f"few_shot{suffix}_accuracy"] if suffix else row["few_shot_accuracy"]
-            lines.append(f"| {row['label']} | {percent(row[f'finetune{suffix}_accuracy'])} | "
-                         + (f"{learning_rates(row['finetune_lr'])} | " if rates else "")
-                         + " | ".join(percent(few_shot[k]) for k in shots) + " |")
-        few_shot = pixels[f"few_shot{suffix}_accuracy"] if suffix else pixels["few_shot_accuracy"]
-        lines.append("| raw pixels, no encoder | — | " + ("— | " if rates else "")
-                     + " | ".join(percent(few_shot[k]) for k in shots) + " |")
-        floor = majority if not suffix else f"{100 / results['classes']:.1f}"
-        lines.append(f"| always the largest class (chance: {100 / results['classes']:.1f}) | {floor} | "
-                     + ("— | " if rates else "") + " | ".join(floor for _ in shots) + " |")
-        lines.append("")
-    if "few_shot_by_readout" in next(iter(rows.values())):
-        lines += [f"| Few-shot accuracy by readout | " + " | ".join(f"{k}-shot, {READOUTS[readout]}" for k in shots
-                                                                 for readout in READOUTS) + " |",
-                  "|---|" + "---:|" * (len(shots) * len(READOUTS))]
-        for row in rows.values():
-            lines.append(f"| {row['label']} | " + " | ".join(percent(row["few_shot_by_readout"][readout][k])
-                                                            for k in shots for readout in READOUTS) + " |")
-        lines.append("")
-    few_shot_key = "few_shot_balanced_accuracy" if balanced else "few_shot_accuracy"
-    lines += [f"| The paper's claim ({'balanced accuracy' if balanced else 'accuracy'}) | Fine-tuned | "
-              + " | ".join(f"{k}-shot" for k in shots) + " |", "|---|---|" + "---|" * len(shots)]
-    for claim in results["claims"]:
-        better, worse = rows[claim["better"]], rows[claim["worse"]]
-        cells = [claim_cell(better[headline(results)], worse[headline(results)])]
-        cells += [claim_cell(better[few_shot_key][k], worse[few_shot_key][k]) for k in shots]
-        lines.append(f"| {claim['claim']} | " + " | ".join(cells) + " |")
-    lines += ["", f"| Reference on the same training images | {labelled} ({pixels['labelled_images']:,} images) | "
-                  f"all {pixels['all_images']:,} labels |", "|---|---:|---:|"]
-    for script, label in BASELINES.items():
-        label += f", k={pixels['knn_k']}" if script == "knn" else ""
-        lines.append(f"| {label} | {percent(pixels[f'{script}_labelled'])} | {percent(pixels[f'{script}_all'])} |")
-    scratch = next(row for row in rows.values() if row["pretraining"] is None)
-    supervised = results["supervised_test_accuracy"]
-    steps = f" ({scratch['finetune_steps'][0]:,} steps)" if "finetune_steps" in scratch else ""
-    lines.append(f"| the ViT from scratch: fine-tuning recipe{steps}; supervised pre-training with its own head | "
-                 f"{percent(scratch['finetune_accuracy'])} | {percent(supervised) if supervised else '—'} |")
-    return "\n".join(lines) + "\n"
+    balanced accuracies, chosen learning rates and both readouts; each claim; and the references on the same images:
+    raw pixels, and the ViT trained from scratch with the labels alone."""
+    recorded = next(iter(results["rows"].values()))
+    lines = accuracy_table(results, balanced=False)
+    lines += accuracy_table(results, balanced=True) if "finetune_balanced_accuracy" in recorded else []
+    lines += readout_table(results) if "few_shot_by_readout" in recorded else []
+    return "\n".join(lines + claims_table(results) + reference_table(results)) + "\n"
 
 
 COLOURS = {None: "C7", "mpp": "C0", "supervised": "C1"}  # bars by kind of pre-training
