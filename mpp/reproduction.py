@@ -21,8 +21,10 @@ import logging
 import os
 import shutil
 import statistics
+import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -183,40 +185,83 @@ def claim_experiment(cfg: ReproductionConfig) -> Path:
 def execute(runs: list[Run], output_dir: Path, parallel_runs: int) -> None:
     """Run every run not yet finished, ``parallel_runs`` at a time, each once the run it starts from has finished.
     Each run's console output goes to ``console/<stage>-<row>-seed<seed>.txt``. A failed run stops only the runs
-    that start from it; ``RunFailed`` names it once every other run has ended."""
+    that start from it; ``RunFailed`` names it once every other run has ended. SIGTERM or SIGINT (a scheduler, Ctrl-C)
+    starts no more runs and passes SIGTERM on to those under way, which save a checkpoint and stop;
+    ``ExperimentStopped`` follows once they have ended."""
     finished = {run.name for run in runs if read_metrics(run.directory(output_dir)) is not None}
     waiting = [run for run in runs if run.name not in finished]
     logger.info("%d runs, %d already finished", len(runs), len(finished))
     failed: list[str] = []
-    with ThreadPoolExecutor(parallel_runs) as pool:
+    with ThreadPoolExecutor(parallel_runs) as pool, StopRequests() as stop:
         under_way: dict[Future, Run] = {}
         while waiting or under_way:
-            ready = [run for run in waiting if run.after is None or run.after in finished]
+            ready = [run for run in waiting if run.after is None or run.after in finished] if not stop.signum else []
             for run in ready[: parallel_runs - len(under_way)]:
                 waiting.remove(run)
-                under_way[pool.submit(run_one, run, output_dir)] = run
+                under_way[pool.submit(run_one, run, output_dir, stop)] = run
             if not under_way:
-                break  # only runs after a failed one are left: they cannot start
-            done, _ = wait(under_way, return_when=FIRST_COMPLETED)
+                break  # only runs after a failed one are left, or a stop was asked for: they cannot start
+            done, _ = wait(under_way, timeout=1.0, return_when=FIRST_COMPLETED)  # the timeout: to see a stop
             for future in done:
                 run = under_way.pop(future)
                 if future.result() == 0:
                     finished.add(run.name)
                 else:
                     failed.append(f"{run.name} (exit {future.result()}; see {console_path(run, output_dir)})")
+    if stop.signum:
+        raise ExperimentStopped(f"stopped by {signal.Signals(stop.signum).name}: {len(waiting)} runs not started, "
+                                "those under way asked to save a checkpoint and stop. Running the same command again "
+                                "continues the experiment from where it stopped")
     if failed:
         raise RunFailed("runs failed: " + "; ".join(failed) + ". Running the same command again continues the "
                         "experiment from where it stopped")
+
+
+class ExperimentStopped(RunError):
+    """A signal stopped the experiment before every run had finished."""
+
+
+class StopRequests:
+    """While open: SIGTERM and SIGINT are recorded (``signum``) and passed on as SIGTERM to the runs under way (their
+    recipes then save a checkpoint and exit), instead of ending this process and orphaning them. In the main thread
+    only, where Python delivers signals."""
+
+    def __init__(self) -> None:
+        self.live: dict[str, subprocess.Popen] = {}  # the processes of the runs under way, by name
+        self.signum, self.previous = 0, {}
+
+    def __enter__(self) -> StopRequests:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {signum: signal.signal(signum, self.stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+    def stop(self, signum: int, frame: Any) -> None:
+        self.signum = signum
+        for process in list(self.live.values()):
+            process.send_signal(signal.SIGTERM)
+
+    def started(self, name: str, process: subprocess.Popen) -> None:
+        self.live[name] = process
+        if self.signum:  # asked to stop while this run was being started
+            process.send_signal(signal.SIGTERM)
 
 
 def console_path(run: Run, output_dir: Path) -> Path:
     return output_dir / "console" / f"{run.name.replace('/', '-')}.txt"
 
 
-def run_one(run: Run, output_dir: Path) -> int:
+def run_one(run: Run, output_dir: Path, stop: StopRequests) -> int:
+    """``run`` to its end; a stop asked for meanwhile reaches its process."""
     logger.info("start %s: %s", run.name, " ".join(run.command))
     with console_path(run, output_dir).open("a") as console:
-        code = subprocess.run(run.command, stdout=console, stderr=subprocess.STDOUT).returncode
+        process = subprocess.Popen(run.command, stdout=console, stderr=subprocess.STDOUT)
+        stop.started(run.name, process)
+        code = process.wait()
+        del stop.live[run.name]
     logger.info("%s %s", "done" if code == 0 else f"FAILED (exit {code})", run.name)
     return code
 

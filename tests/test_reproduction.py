@@ -6,8 +6,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -146,6 +148,33 @@ def fake_run(name: str, output_dir: Path, after: str | None = None, exit_code: i
               f"d = pathlib.Path({str(directory)!r}); d.mkdir(parents=True, exist_ok=True); "
               + (f"raise SystemExit({exit_code})" if exit_code else "(d / 'metrics.json').write_text('{}')"))
     return Run(name, "pretrain", (sys.executable, "-c", script), after)
+
+
+def test_sigterm_starts_no_more_runs_and_passes_the_signal_on_to_the_runs_under_way(tmp_path):
+    """A scheduler's SIGTERM (or Ctrl-C) to the experiment: the run under way is asked to stop (a recipe then saves a
+    checkpoint), the waiting ones never start, and the experiment says how to continue, instead of dying and leaving
+    its runs going on, orphaned."""
+    (tmp_path / "console").mkdir()
+    slow = ("import pathlib, signal, sys, time; out = pathlib.Path(sys.argv[1]); "
+            "signal.signal(signal.SIGTERM, lambda *_: (out.with_name('stopped').write_text('yes'), sys.exit(143))); "
+            "out.write_text('started'); time.sleep(60)")
+    experiment = (f"import sys; from pathlib import Path; from mpp.reproduction import Run, execute; "
+                  f"root = Path({str(tmp_path)!r}); "
+                  f"runs = [Run('a', 'pretrain', (sys.executable, '-c', {slow!r}, str(root / 'a')), None), "
+                  f"Run('b', 'pretrain', (sys.executable, '-c', 'pass'), None), "
+                  f"Run('c', 'finetune', (sys.executable, '-c', 'pass'), 'a')]; "
+                  f"execute(runs, root, parallel_runs=1)")
+    process = subprocess.Popen([sys.executable, "-c", experiment], cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    for _ in range(300):
+        if (tmp_path / "a").is_file():
+            break
+        time.sleep(0.1)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 1
+    assert "ExperimentStopped: stopped by SIGTERM: 2 runs not started" in stderr
+    assert (tmp_path / "stopped").read_text() == "yes"  # the run under way got the signal
+    assert not (tmp_path / "console" / "b.txt").exists()  # the waiting run never started
 
 
 def test_runs_wait_for_their_source_a_failure_stops_its_dependents_and_a_rerun_continues(tmp_path):
