@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import replace
@@ -92,12 +93,18 @@ def test_a_stage_finds_the_packages_carried_on_the_callers_python_path_after_the
     assert outcome.output.strip().split(os.pathsep) == [str(ROOT), str(tmp_path / "site")]
 
 
+@pytest.mark.slow
 def test_at_its_time_limit_a_stage_is_interrupted_first_so_that_pytest_still_writes_its_report(tmp_path):
     tests = tmp_path / "test_waits.py"
     tests.write_text("import time\n\ndef test_quick():\n    pass\n\ndef test_waits():\n    time.sleep(60)\n")
     report = tmp_path / "report.xml"
     plan = replace(dry_run_plan(), checkout=ROOT)
-    outcome = run(plan, [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                         f"--junitxml={report}", str(tests)], tmp_path / "log", 8)
+    # As under `nohup ... &` (CI, a lent GPU's command): SIGINT ignored, and the stage would inherit that.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        outcome = run(plan, [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                             f"--junitxml={report}", str(tests)], tmp_path / "log", 15)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert outcome.returncode is None  # stopped at the limit
     assert any(name.endswith("test_quick") for name in junit_outcomes(report)["passed"])

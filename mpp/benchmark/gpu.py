@@ -111,7 +111,14 @@ def in_checkout(plan: Plan, command: list[str], env: dict[str, str] | None = Non
     ``PYTHONPATH`` after it: packages carried to a machine without an index sit there (``pip install --target``)."""
     python_path = os.pathsep.join(filter(None, [str(plan.checkout), os.environ.get("PYTHONPATH")]))
     return subprocess.Popen(command, cwd=plan.checkout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONPATH": python_path, **(env or {})}, start_new_session=True)
+                            env={**os.environ, "PYTHONPATH": python_path, **(env or {})}, start_new_session=True,
+                            preexec_fn=interruptible)
+
+
+def interruptible() -> None:
+    """In the stage's process before it starts: SIGINT back to its default, so that the interrupt at the time limit
+    reaches it. A command started in the background (``nohup ... &``) ignores SIGINT, and its children inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run(plan: Plan, command: list[str], log: Path, limit_s: float, env: dict[str, str] | None = None) -> Outcome:
