@@ -4,8 +4,9 @@ Four claims: MPP pre-training beats training from scratch after fine-tuning; it 
 pre-training; the L2 pixel target is slightly worse than the colour targets; a 15% corruption rate is slightly
 worse than 50%. The grid's rows and claims are the config's (``rows``, ``claims``: by default the paper's,
 ``mpp.config.PAPER_ROWS`` and ``PAPER_CLAIMS``; a preset may list others). Each row is pre-trained (or not), then
-fine-tuned on a few labels and scored by few-shot linear regression on its frozen features, once per seed; beside
-them, the same protocols on the raw pixels (few-shot ridge regression, logistic regression, kNN) say what a model
+fine-tuned on a few labels, and its frozen features scored through both readouts by few-shot linear regression and
+by logistic regression and kNN on the fine-tuning labels, once per seed; beside them, the same protocols on the raw
+pixels (few-shot ridge regression, logistic regression, kNN) say what a model
 must beat. Every run is an ordinary run of a
 recipe in a subprocess, with a command line a researcher can rerun alone, and its own run directory under
 ``output_dir``.
@@ -108,6 +109,7 @@ def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
     pretraining, evaluation, baselines = [], [], []
     labelled = labelled_images_per_class(cfg)
     pixels = "eval.features=pixels"
+    features = f"eval.feature_cache={output_dir / 'features'}"  # each encoder's features extracted once per readout
     for seed in cfg.seeds:
         for row in cfg.rows:
             source = f"pretrain/{row.name}-seed{seed}" if row.pretraining else None
@@ -123,6 +125,14 @@ def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
             name = f"few_shot/{row.name}-{other_readout(row)}-seed{seed}"
             evaluation.append(Run(name, "few_shot", command("few_shot", name, seed, *init,
                                                             f"eval.features={other_readout(row)}"), source))
+            # Logistic regression and kNN on the frozen encoder, through both readouts, fitted to fine-tuning's
+            # labelled images: beside the same fits on the raw pixels.
+            for script in BASELINES:
+                for readout in READOUTS:
+                    name = f"{script}/{row.name}-{readout}-seed{seed}"
+                    extra = (*init, f"eval.features={readout}", f"data.shots_per_class={labelled}",
+                             f"data.subset_seed={seed}", features)
+                    evaluation.append(Run(name, script, command(script, name, seed, *extra), source))
         name = f"few_shot/{PIXELS_ROW}-seed{seed}"
         baselines.append(Run(name, "few_shot", command("few_shot", name, seed, pixels), None))
         for script in BASELINES:
@@ -295,6 +305,18 @@ def few_shot_over_seeds(directories: list[Path], measure: str = "mean") -> dict[
     return {shots: [run[shots] for run in runs] for shots in runs[0]}
 
 
+def frozen_fits(output_dir: Path, row: ReproductionRow, seeds: list[int]) -> dict[str, Any]:
+    """{script: {readout: {accuracy, balanced_accuracy: [one per seed]}}}: logistic regression and kNN on ``row``'s
+    frozen encoder, fitted to the labelled images."""
+    fits: dict[str, Any] = {}
+    for script in BASELINES:
+        for readout in READOUTS:
+            runs = [read_metrics(output_dir / f"{script}/{row.name}-{readout}-seed{seed}")[script] for seed in seeds]
+            fits.setdefault(script, {})[readout] = {measure: [run[f"test_{measure}"] for run in runs]
+                                                    for measure in ("accuracy", "balanced_accuracy")}
+    return fits
+
+
 def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
     """Every row's figures over the seeds: fine-tuning test accuracy, few-shot accuracy per number of shots, and
     the few-shot monitor's curve during pre-training (where it ran); the raw-pixel baselines; the first supervised
@@ -323,6 +345,7 @@ def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
                               read_metrics(runs[0])["features"]: few_shot_over_seeds(runs) for runs in
                               (few_shot, [output_dir / f"few_shot/{row.name}-{other_readout(row)}-seed{seed}"
                                           for seed in cfg.seeds])},
+                          "frozen_labelled": frozen_fits(output_dir, row, cfg.seeds),
                           "few_shot_during_pretraining": curves, "few_shot_during_pretraining_shots": monitor_shots}
     pixel_runs = [output_dir / f"few_shot/{PIXELS_ROW}-seed{seed}" for seed in cfg.seeds]
     baselines: dict[str, Any] = {"few_shot_accuracy": few_shot_over_seeds(pixel_runs),
@@ -418,6 +441,23 @@ def readout_table(results: dict[str, Any]) -> list[str]:
                                                     for readout in READOUTS)] for row in results["rows"].values()])
 
 
+FROZEN_FITS = {"linear_probe": "logistic regression", "knn": "kNN"}
+
+
+def frozen_table(results: dict[str, Any]) -> list[str]:
+    """Every row's frozen encoder through both readouts, logistic regression and kNN fitted to the labelled images,
+    in balanced accuracy; then the same fits on the raw pixels, and chance."""
+    pixels = results["pixels"]
+    header = [f"Frozen, {results['labelled_per_class']} labels per class: balanced accuracy",
+              *(f"{FROZEN_FITS[script]}, {READOUTS[readout]}" for script in BASELINES for readout in READOUTS)]
+    body = [[row["label"], *(percent(row["frozen_labelled"][script][readout]["balanced_accuracy"])
+                             for script in BASELINES for readout in READOUTS)] for row in results["rows"].values()]
+    body.append(["raw pixels, no encoder", *(percent(pixels[f"{script}_labelled_balanced"]) for script in BASELINES
+                                             for _ in READOUTS)])
+    body.append(["chance", *(f"{100 / results['classes']:.1f}" for _ in BASELINES for _ in READOUTS)])
+    return markdown_table(header, body)
+
+
 def claims_table(results: dict[str, Any]) -> list[str]:
     """Each claim as the paired difference of its two rows, fine-tuned and few-shot, in the headline measure."""
     rows, shots, finetuned = results["rows"], few_shot_shots(results), headline(results)
@@ -453,12 +493,13 @@ def few_shot_shots(results: dict[str, Any]) -> list[str]:
 
 def results_table(results: dict[str, Any]) -> str:
     """Markdown: every row's accuracies (mean ± standard deviation over the seeds, in %) and, where recorded, its
-    balanced accuracies, chosen learning rates and both readouts; each claim; and the references on the same images:
+    balanced accuracies, chosen learning rates, both readouts and frozen fits; each claim; and the references on the same images:
     raw pixels, and the ViT trained from scratch with the labels alone."""
     recorded = next(iter(results["rows"].values()))
     lines = accuracy_table(results, balanced=False)
     lines += accuracy_table(results, balanced=True) if "finetune_balanced_accuracy" in recorded else []
     lines += readout_table(results) if "few_shot_by_readout" in recorded else []
+    lines += frozen_table(results) if "frozen_labelled" in recorded else []
     return "\n".join(lines + claims_table(results) + reference_table(results)) + "\n"
 
 

@@ -62,6 +62,7 @@ RECIPE_CONFIGS = {"mpp.py": MPPRunConfig, "supervised.py": SupervisedRunConfig, 
                   "few_shot.py": FewShotRunConfig, "linear_probe.py": LinearProbeRunConfig, "knn.py": KnnRunConfig}
 # Per seed: few-shot on raw pixels, logistic regression and kNN on the labelled images; once: both on all images
 BASELINE_RUNS = {"seed": 3, "once": 2}
+ROW_RUNS = 7  # per row and seed: fine-tuning, few-shot through 2 readouts, logistic regression and kNN through 2
 
 
 def tiny_config(tmp_path: Path, **changes) -> ReproductionConfig:
@@ -78,8 +79,9 @@ def test_the_plan_runs_every_row_for_every_seed_each_after_its_own_pre_training(
     assert all(run.after is None and "eval.features=pixels" in run.command for run in runs[:first_pretraining])
     assert stages[first_pretraining:] == sorted(stages[first_pretraining:], key=lambda stage: stage != "pretrain")
     pretrained = [row for row in PAPER_ROWS if row.pretraining]
-    # Per seed: each pre-training; each row's fine-tuning and few-shot through both readouts; the baselines.
-    assert len(runs) == 2 * (len(pretrained) + 3 * len(PAPER_ROWS) + BASELINE_RUNS["seed"]) + BASELINE_RUNS["once"]
+    # Per seed: each pre-training; each row's fine-tuning, few-shot through both readouts, logistic regression and
+    # kNN through both readouts; the baselines.
+    assert len(runs) == 2 * (len(pretrained) + ROW_RUNS * len(PAPER_ROWS) + BASELINE_RUNS["seed"]) + BASELINE_RUNS["once"]
     by_name = {run.name: run for run in runs}
     for seed in (3, 7):
         for row in PAPER_ROWS:
@@ -96,6 +98,9 @@ def test_the_plan_runs_every_row_for_every_seed_each_after_its_own_pre_training(
         assert config.output_dir == f"{cfg.output_dir}/{run.name}" and config.seed in (3, 7)
         if run.stage == "finetune":
             assert config.data.subset_seed == config.seed  # each seed its own labelled subset
+        if run.stage in ("linear_probe", "knn"):  # the frozen encoder fitted to fine-tuning's labelled images
+            assert config.data.subset_seed == config.seed and config.data.shots_per_class == 4
+            assert config.eval.features in ("token", "avg") and config.eval.feature_cache == f"{cfg.output_dir}/features"
         if run.stage == "baseline":  # raw pixels, fitted to fine-tuning's labelled images or to all of them
             assert config.eval.features == "pixels" and config.data.subset_seed == config.seed and run.after is None
             assert config.data.shots_per_class == (0 if "-all-" in run.name else 4) and "-all-seed7" not in run.name
@@ -116,6 +121,12 @@ def test_a_preset_lists_its_own_rows_and_claims_and_the_plan_follows_them(tmp_pa
     assert "eval.features=token" in runs["few_shot/pixels-token-seed0"].command
     assert runs["few_shot/pixels-token-seed0"].after == "pretrain/pixels-seed0"
     assert "eval.features=avg" in runs["few_shot/none-avg-seed0"].command
+    for script in ("linear_probe", "knn"):  # and logistic regression and kNN through both
+        for readout in ("token", "avg"):
+            run = runs[f"{script}/pixels-{readout}-seed0"]
+            assert f"eval.features={readout}" in run.command and run.after == "pretrain/pixels-seed0"
+            assert f"init={cfg.output_dir}/pretrain/pixels-seed0" in run.command
+            assert not any(arg.startswith("init=") for arg in runs[f"{script}/none-{readout}-seed0"].command)
     assert not any(arg.startswith(("init=", "eval.features")) for arg in runs["few_shot/none-seed0"].command)
     longer = tiny_config(tmp_path, seeds=[0], rows=rows, claims=[], scratch_finetune=["train.steps=7"])
     runs = {run.name: run for run in plan_runs(longer, ROOT)}
@@ -255,7 +266,11 @@ def with_balanced_accuracy(results: dict) -> dict:
         row["finetune_lr"] = [0.1, 0.3] if row["pretraining"] else [0.3, 0.3]
         row["finetune_steps"] = [250, 250] if row["pretraining"] else [1030, 1030]
         row["few_shot_by_readout"] = {"token": row["few_shot_accuracy"], "avg": {"5": [0.5, 0.7]}}
+        row["frozen_labelled"] = {script: {readout: {"accuracy": [0.9, 0.9], "balanced_accuracy": values}
+                                           for readout, values in (("token", [0.2, 0.4]), ("avg", [0.3, 0.3]))}
+                                  for script in ("linear_probe", "knn")}
     results["pixels"]["few_shot_balanced_accuracy"] = {"5": [0.10, 0.12]}
+    results["pixels"] |= {"linear_probe_labelled_balanced": [0.50, 0.52], "knn_labelled_balanced": [0.40, 0.46]}
     return results
 
 
@@ -272,6 +287,11 @@ def test_balanced_accuracy_gets_its_own_table_and_is_what_the_claims_read():
     assert "| Few-shot accuracy by readout | 5-shot, [class] token | 5-shot, mean patch token |" in table
     assert "| from scratch | 30.0 ± 0.0 | 60.0 ± 14.1 |" in table
     assert "fine-tuning recipe (1,030 steps); supervised pre-training" in table
+    assert ("| Frozen, 4 labels per class: balanced accuracy | logistic regression, [class] token | logistic "
+            "regression, mean patch token | kNN, [class] token | kNN, mean patch token |") in table
+    assert "| from scratch | 30.0 ± 14.1 | 30.0 ± 0.0 | 30.0 ± 14.1 | 30.0 ± 0.0 |" in table
+    assert "| raw pixels, no encoder | 51.0 ± 1.4 | 51.0 ± 1.4 | 43.0 ± 4.2 | 43.0 ± 4.2 |" in table
+    assert "| chance | 10.0 | 10.0 | 10.0 | 10.0 |" in table
     # The differences are those of the accuracies (every figure moved by the same 10 points): the same intervals.
     assert "| +19.0 [+6.3, +31.7], shown (p 0.033) |" in table
 
@@ -319,7 +339,7 @@ def test_the_whole_experiment_runs_writes_its_table_and_plots_and_a_rerun_redoes
     command = [sys.executable, str(ROOT / "recipes" / "reproduce.py"), "--config", str(preset)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    runs = len(PAPER_ROWS) * 3 + sum(1 for row in PAPER_ROWS if row.pretraining) + BASELINE_RUNS["seed"] + BASELINE_RUNS["once"]
+    runs = len(PAPER_ROWS) * ROW_RUNS + sum(1 for row in PAPER_ROWS if row.pretraining) + BASELINE_RUNS["seed"] + BASELINE_RUNS["once"]
     assert f"{runs} runs, 0 already finished" in result.stderr
     table = (output_dir / "results.md").read_text()
     for row in PAPER_ROWS:
@@ -334,6 +354,11 @@ def test_the_whole_experiment_runs_writes_its_table_and_plots_and_a_rerun_redoes
     assert [images for images, _ in curve] == [0, 16, 32]  # before the first step and every 2 steps of 8 images
     assert results["rows"]["scratch"]["few_shot_during_pretraining"] == {}
     assert set(results["rows"]["mpp-colour-50"]["few_shot_by_readout"]) == {"token", "avg"}
+    frozen = results["rows"]["mpp-colour-50"]["frozen_labelled"]
+    assert {script: set(fits) for script, fits in frozen.items()} == {"linear_probe": {"token", "avg"},
+                                                                      "knn": {"token", "avg"}}
+    assert re.search(r"\| MPP, 3-bit mean colour, 50% \| [\d.]+ ± 0\.0 \| [\d.]+ ± 0\.0 \| [\d.]+ ± 0\.0 \| "
+                     r"[\d.]+ ± 0\.0 \|\n", table)
     assert len(results["rows"]["scratch"]["finetune_per_class_accuracy"][0]) == 10
     assert results["pixels"]["labelled_images"] == 40 and results["pixels"]["all_images"] == 50_000
     assert results["classes"] == 10 and 0.1 <= results["majority_class_accuracy"] < 0.2  # shapes: balanced
