@@ -136,7 +136,9 @@ def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
         name = f"few_shot/{PIXELS_ROW}-seed{seed}"
         baselines.append(Run(name, "few_shot", command("few_shot", name, seed, pixels), None))
         for script in BASELINES:
-            for labels, per_class in (("labelled", labelled), ("all", 0))[: 2 if seed == cfg.seeds[0] else 1]:
+            # Fitted to each seed's labelled images, where fine-tuning uses a few labels, and once to all of them.
+            fits = [("labelled", labelled)] * bool(labelled) + [("all", 0)] * (seed == cfg.seeds[0])
+            for labels, per_class in fits:
                 name = f"baseline/pixels-{script}-{labels}-seed{seed}"
                 extra = (pixels, f"data.shots_per_class={per_class}", f"data.subset_seed={seed}")
                 baselines.append(Run(name, "baseline", command(script, name, seed, *extra), None))
@@ -350,10 +352,12 @@ def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
     pixel_runs = [output_dir / f"few_shot/{PIXELS_ROW}-seed{seed}" for seed in cfg.seeds]
     baselines: dict[str, Any] = {"few_shot_accuracy": few_shot_over_seeds(pixel_runs),
                                  "few_shot_balanced_accuracy": few_shot_over_seeds(pixel_runs, "balanced_mean")}
+    labelled = labelled_images_per_class(cfg)
     for script in BASELINES:
         for labels in ("labelled", "all"):
-            metrics = [read_metrics(output_dir / f"baseline/pixels-{script}-{labels}-seed{seed}") for seed in
-                       (cfg.seeds if labels == "labelled" else cfg.seeds[:1])]
+            stored = labels if labelled else "all"  # fine-tuning on all the labels: the one fit serves both
+            metrics = [read_metrics(output_dir / f"baseline/pixels-{script}-{stored}-seed{seed}") for seed in
+                       (cfg.seeds if stored == "labelled" else cfg.seeds[:1])]
             baselines[f"{script}_{labels}"] = [run[script]["test_accuracy"] for run in metrics]
             baselines[f"{script}_{labels}_balanced"] = [run[script]["test_balanced_accuracy"] for run in metrics]
             baselines[f"{labels}_images"] = metrics[0]["train_images"]
@@ -363,7 +367,7 @@ def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
                            for name in supervised for seed in cfg.seeds]
     return {"seeds": list(cfg.seeds), "rows": rows, "pixels": baselines,
             "supervised_test_accuracy": supervised_accuracy or None,
-            "labelled_per_class": labelled_images_per_class(cfg), "claims": config_to_dict(cfg)["claims"],
+            "labelled_per_class": labelled, "claims": config_to_dict(cfg)["claims"],
             **class_balance(cfg)}
 
 
@@ -418,7 +422,7 @@ def accuracy_table(results: dict[str, Any], balanced: bool) -> list[str]:
     rows, shots, suffix = results["rows"], few_shot_shots(results), "_balanced" if balanced else ""
     rates = not balanced and "finetune_lr" in next(iter(rows.values()))
     header = [f"Starting point: {'balanced accuracy' if balanced else 'accuracy'}",
-              f"Fine-tuned, {results['labelled_per_class']} labels per class",
+              f"Fine-tuned, {labels_used(results)}",
               *(["learning rate (seeds)"] if rates else []), *(f"{k}-shot" for k in shots)]
     body = [[row["label"], percent(row[f"finetune{suffix}_accuracy"]),
              *([learning_rates(row["finetune_lr"])] if rates else []),
@@ -448,7 +452,7 @@ def frozen_table(results: dict[str, Any]) -> list[str]:
     """Every row's frozen encoder through both readouts, logistic regression and kNN fitted to the labelled images,
     in balanced accuracy; then the same fits on the raw pixels, and chance."""
     pixels = results["pixels"]
-    header = [f"Frozen, {results['labelled_per_class']} labels per class: balanced accuracy",
+    header = [f"Frozen, {labels_used(results)}: balanced accuracy",
               *(f"{FROZEN_FITS[script]}, {READOUTS[readout]}" for script in BASELINES for readout in READOUTS)]
     body = [[row["label"], *(percent(row["frozen_labelled"][script][readout]["balanced_accuracy"])
                              for script in BASELINES for readout in READOUTS)] for row in results["rows"].values()]
@@ -474,17 +478,28 @@ def claims_table(results: dict[str, Any]) -> list[str]:
 def reference_table(results: dict[str, Any]) -> list[str]:
     """The references on the same training images: raw pixels, and the ViT trained with the labels alone."""
     rows, pixels = results["rows"], results["pixels"]
+    # Fine-tuning on a few labels: a column for those and one for all of them; on all the labels, one column.
+    columns = ["labelled", "all"] if results["labelled_per_class"] else ["all"]
     header = ["Reference on the same training images",
-              f"{results['labelled_per_class']} labels per class ({pixels['labelled_images']:,} images)",
+              *([f"{labels_used(results)} ({pixels['labelled_images']:,} images)"] if len(columns) == 2 else []),
               f"all {pixels['all_images']:,} labels"]
-    body = [[label + (f", k={pixels['knn_k']}" if script == "knn" else ""), percent(pixels[f"{script}_labelled"]),
-             percent(pixels[f"{script}_all"])] for script, label in BASELINES.items()]
+    body = [[label + (f", k={pixels['knn_k']}" if script == "knn" else ""),
+             *(percent(pixels[f"{script}_{labels}"]) for labels in columns)] for script, label in BASELINES.items()]
     scratch = next(row for row in rows.values() if row["pretraining"] is None)
     steps = f" ({scratch['finetune_steps'][0]:,} steps)" if "finetune_steps" in scratch else ""
     supervised = results["supervised_test_accuracy"]
-    body.append([f"the ViT from scratch: fine-tuning recipe{steps}; supervised pre-training with its own head",
-                 percent(scratch["finetune_accuracy"]), percent(supervised) if supervised else "—"])
+    if len(columns) == 2:  # the supervised row's pre-training, scored with its own head, trained on all the labels
+        body.append([f"the ViT from scratch: fine-tuning recipe{steps}; supervised pre-training with its own head",
+                     percent(scratch["finetune_accuracy"]), percent(supervised) if supervised else "—"])
+    else:
+        body.append([f"the ViT from scratch: fine-tuning recipe{steps}", percent(scratch["finetune_accuracy"])])
     return markdown_table(header, body)[:-1]
+
+
+def labels_used(results: dict[str, Any]) -> str:
+    """The labels fine-tuning used: "100 labels per class", or "all labels"."""
+    per_class = results["labelled_per_class"]
+    return f"{per_class} labels per class" if per_class else "all labels"
 
 
 def few_shot_shots(results: dict[str, Any]) -> list[str]:

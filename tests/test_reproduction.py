@@ -141,6 +141,22 @@ def test_a_preset_lists_its_own_rows_and_claims_and_the_plan_follows_them(tmp_pa
         tiny_config(tmp_path, rows=[rows[0], {"name": "b", "pretrainig": "mpp"}])
 
 
+def test_fine_tuning_on_all_the_labels_fits_each_raw_pixel_baseline_once_per_seed_and_says_so(tmp_path):
+    cfg = tiny_config(tmp_path, seeds=[0, 1], finetune=[*TINY["finetune"], "data.shots_per_class=0"])
+    names = [run.name for run in plan_runs(cfg, ROOT)]
+    # One fit to all the labels, which are the labelled images: the same for every seed.
+    assert [name for name in names if name.startswith("baseline/")] == [
+        f"baseline/pixels-{script}-all-seed0" for script in ("linear_probe", "knn")]
+    results = example_results()
+    results["labelled_per_class"] = 0
+    results["pixels"] |= {"labelled_images": 600, "linear_probe_all": [0.70], "knn_all": [0.60]}
+    table = results_table(results)
+    assert "| Starting point: accuracy | Fine-tuned, all labels | 5-shot |" in table
+    assert "| Reference on the same training images | all 600 labels |\n|---|---:|\n" in table
+    assert "| logistic regression on raw pixels | 70.0 ± 0.0 |\n" in table
+    assert "| the ViT from scratch: fine-tuning recipe | 45.0 ± 7.1 |" in table
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("preset", sorted(CONFIGS.glob("reproduce_*.yaml")), ids=lambda path: path.stem)
 def test_every_shipped_experiment_plans_runs_its_recipes_accept(preset, monkeypatch):
