@@ -33,6 +33,7 @@ from mpp.reproduction import (
     RunFailed,
     claim_experiment,
     execute,
+    finetune_plot_figures,
     plan_runs,
     reproduce,
     results_table,
@@ -310,6 +311,17 @@ def test_balanced_accuracy_gets_its_own_table_and_is_what_the_claims_read():
     assert "| chance | 10.0 | 10.0 | 10.0 | 10.0 |" in table
     # The differences are those of the accuracies (every figure moved by the same 10 points): the same intervals.
     assert "| +19.0 [+6.3, +31.7], shown (p 0.033) |" in table
+
+
+def test_the_fine_tuning_plot_draws_the_claims_measure_with_its_own_reference_lines():
+    measure, values, references = finetune_plot_figures(example_results())
+    assert measure == "accuracy" and values[0] == [40.0, 50.0]
+    assert references == pytest.approx({"logistic regression on raw pixels": 71.0, "kNN on raw pixels (cosine)": 63.0,
+                                        "always the largest class": 37.6})
+    measure, values, references = finetune_plot_figures(with_balanced_accuracy(example_results()))
+    # Balanced accuracy, its pixel fits; no largest-class line, which would sit on chance.
+    assert measure == "balanced accuracy" and values[0] == pytest.approx([30.0, 40.0])
+    assert references == pytest.approx({"logistic regression on raw pixels": 51.0, "kNN on raw pixels (cosine)": 43.0})
 
 
 def test_a_row_that_stays_at_chance_is_named_as_a_broken_baseline():
