@@ -354,8 +354,15 @@ class FinetuneConfig:
     # slice of sweep_holdout_fraction of them and scored on that slice; the best is then trained on all of them.
     sweep_lrs: tuple[float, ...] = ()
     sweep_holdout_fraction: float = 0.02  # App. B.1.1: 2% for CIFAR, 1% for ImageNet, 10% for Pets and Flowers
+    # A finished fine-tuning run's directory: train at the learning rate its sweep chose (its metrics.json's
+    # chosen_lr), without a sweep of its own; for the other seeds of a rate chosen once.
+    lr_from: str = ""
 
     def __post_init__(self) -> None:
+        if self.lr_from and self.sweep_lrs:
+            raise ConfigError(f"finetune.lr_from={self.lr_from} takes that run's chosen learning rate, and "
+                              f"finetune.sweep_lrs={list(self.sweep_lrs)} would choose another: set one of them "
+                              "(finetune.sweep_lrs=[] to drop the sweep)")
         if not 0 <= self.ema_decay < 1:
             raise ConfigError(f"finetune.ema_decay={self.ema_decay} must lie in [0, 1) (0: no averaging)")
         if not 0 < self.sweep_holdout_fraction < 1:
@@ -568,6 +575,9 @@ class ReproductionConfig:
     # The from-scratch rows' fine-tuning, after ``finetune``: a randomly initialised ViT needs many more steps than a
     # pre-trained one, so it trains at least as many as pre-training and fine-tuning together (train.steps=...).
     scratch_finetune: tuple[str, ...] = ()
+    # With finetune.sweep_lrs: each row's learning rate is chosen once, on the first seed's validation split, and the
+    # other seeds' fine-tuning trains at it (finetune.lr_from) without a sweep of its own. False: every seed sweeps.
+    tune_once: bool = False
     few_shot: tuple[str, ...] = ()
     linear_probe: tuple[str, ...] = ()  # the raw-pixel baselines: logistic regression ...
     knn: tuple[str, ...] = ()  # ... and kNN

@@ -65,9 +65,14 @@ class Run:
     stage: str  # "pretrain", "finetune" or "few_shot"
     command: tuple[str, ...]
     after: Optional[str]  # the run whose output it starts from
+    also_after: tuple[str, ...] = ()  # runs whose results it reads besides (tune_once: the learning rate chosen)
 
     def directory(self, output_dir: Path) -> Path:
         return output_dir / self.name
+
+    @property
+    def waits_for(self) -> tuple[str, ...]:
+        return (*((self.after,) if self.after else ()), *self.also_after)
 
 
 def test_labels(cfg: ReproductionConfig) -> torch.Tensor:
@@ -118,9 +123,15 @@ def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
                                        after=None))
             init = (f"init={output_dir / source}",) if source else ()
             finetune = (f"data.subset_seed={seed}", *init, *(() if source else cfg.scratch_finetune))
-            for stage, extra in (("finetune", finetune), ("few_shot", init)):
-                name = f"{stage}/{row.name}-seed{seed}"
-                evaluation.append(Run(name, stage, command(stage, name, seed, *extra), source))
+            # tune_once: the first seed's sweep chooses the row's learning rate, the other seeds train at it.
+            tuned = f"finetune/{row.name}-seed{cfg.seeds[0]}"
+            reuse = cfg.tune_once and seed != cfg.seeds[0]
+            finetune += ("finetune.sweep_lrs=[]", f"finetune.lr_from={output_dir / tuned}") if reuse else ()
+            name = f"finetune/{row.name}-seed{seed}"
+            evaluation.append(Run(name, "finetune", command("finetune", name, seed, *finetune), source,
+                                  also_after=(tuned,) if reuse else ()))
+            name = f"few_shot/{row.name}-seed{seed}"
+            evaluation.append(Run(name, "few_shot", command("few_shot", name, seed, *init), source))
             # Few-shot also through the readout that eval.features=auto does not pick for this row: both in the table.
             name = f"few_shot/{row.name}-{other_readout(row)}-seed{seed}"
             evaluation.append(Run(name, "few_shot", command("few_shot", name, seed, *init,
@@ -173,17 +184,19 @@ class RunFailed(RunError):
 FREE_TO_CHANGE = ("seeds", "parallel_runs", "publish_dir", "results_page", "tables_only", "chance_margin")
 
 
-def fixed_settings(settings: dict[str, Any]) -> dict[str, Any]:
-    """An experiment's settings less those it may change when continued."""
-    return {key: value for key, value in settings.items() if key not in FREE_TO_CHANGE}
+def fixed_settings(settings: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """An experiment's settings less those it may change when continued; a setting added to the package since the
+    experiment started reads as its default."""
+    return {key: value for key, value in {**defaults, **settings}.items() if key not in FREE_TO_CHANGE}
 
 
 def claim_experiment(cfg: ReproductionConfig) -> Path:
     """``output_dir`` for this experiment: new, or holding one with the same settings (to continue it)."""
     output_dir = Path(cfg.output_dir)
     plan = output_dir / PLAN_FILE
-    settings = config_to_dict(cfg)
-    if plan.is_file() and fixed_settings(yaml.safe_load(plan.read_text())) != fixed_settings(settings):
+    settings, defaults = config_to_dict(cfg), config_to_dict(type(cfg)())
+    if plan.is_file() and (fixed_settings(yaml.safe_load(plan.read_text()), defaults)
+                           != fixed_settings(settings, defaults)):
         raise ConfigError(f"output_dir {output_dir} holds an experiment with other settings ({plan}); choose another "
                           f"output_dir, or delete that one to start again (only {', '.join(FREE_TO_CHANGE)} may "
                           "change)")
@@ -207,7 +220,7 @@ def execute(runs: list[Run], output_dir: Path, parallel_runs: int) -> None:
     with ThreadPoolExecutor(parallel_runs) as pool, StopRequests() as stop:
         under_way: dict[Future, Run] = {}
         while waiting or under_way:
-            ready = [run for run in waiting if run.after is None or run.after in finished] if not stop.signum else []
+            ready = [run for run in waiting if set(run.waits_for) <= finished] if not stop.signum else []
             for run in ready[: parallel_runs - len(under_way)]:
                 waiting.remove(run)
                 under_way[pool.submit(run_one, run, output_dir, stop)] = run

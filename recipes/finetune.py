@@ -7,7 +7,8 @@ The pre-training head is dropped and a zero-initialised linear head is trained w
 momentum; the resolution may be higher than in pre-training (position embeddings are 2-D interpolated). Every
 starting point (MPP, supervised, none) goes through the same code, so comparisons differ only in the weights.
 With finetune.sweep_lrs, each learning rate is first trained on the training images less a held-out slice and
-scored on it (sweep/lr_<lr>/ in the run directory); the best is then trained on all of them and tested.
+scored on it (sweep/lr_<lr>/ in the run directory); the best is then trained on all of them and tested. With
+finetune.lr_from=<run dir>, the rate that run's sweep chose is trained instead.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from mpp.models.classifier import ImageClassifier
 from mpp.models.encoder import count_parameters
 from mpp.models.pretrained import fine_tuning_encoder, fine_tuning_model_config, input_normalisation, read_pretrained
 from mpp.run.session import Session
-from mpp.training.classifier_training import sweep_learning_rates, train_classifier
+from mpp.training.classifier_training import chosen_learning_rate, sweep_learning_rates, train_classifier
 from mpp.training.trainer import Trainer
 
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "finetune_tiny_cpu.yaml"
@@ -67,12 +68,14 @@ def main(cfg: FinetuneRunConfig) -> dict[str, Any]:
             return Trainer(session, classifier(encoder), train_set, cfg, train=dataclasses.replace(cfg.train, lr=lr),
                            ema_decay=cfg.finetune.ema_decay)
 
-        trainer = trainer_at(cfg.train.lr)  # made now so that a config that cannot train fails before any write
+        # Made now so that a config that cannot train fails before any write.
+        trainer = trainer_at(chosen_learning_rate(Path(cfg.finetune.lr_from)) if cfg.finetune.lr_from else cfg.train.lr)
 
         session.start()
         warn_if_tested_on_training_images(train_set, test_set)
         logger.info("init: %s", pretrained.location if pretrained else "none (training from scratch)")
-        logger.info("plan: %s", trainer.describe())
+        logger.info("plan: %s%s", trainer.describe(),
+                    f" (the learning rate {cfg.finetune.lr_from} chose)" if cfg.finetune.lr_from else "")
         logger.info("data: %s; test: %s", train_set.description, test_set.description)
         logger.info("encoder: %s, %.2fM parameters, %d patches of %d px at %d px; zero-initialised %s head, %d "
                     "classes", model_cfg.name, count_parameters(encoder) / 1e6, encoder.patch_embed.num_patches,

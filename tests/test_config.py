@@ -83,6 +83,13 @@ def test_bad_values_name_the_key_and_the_problem(override, message):
         build_config(MPPRunConfig, overrides=overrides)
 
 
+def test_a_learning_rate_taken_from_another_run_and_a_sweep_of_its_own_are_refused_together():
+    with pytest.raises(ConfigError, match=r"finetune.lr_from=runs/a takes that run's chosen learning rate, and "
+                                          r"finetune.sweep_lrs=\[0.1, 0.3\] would choose another"):
+        build_config(FinetuneRunConfig, overrides=["finetune.lr_from=runs/a", "finetune.sweep_lrs=[0.1,0.3]"])
+    build_config(FinetuneRunConfig, overrides=["finetune.lr_from=runs/a", "finetune.sweep_lrs=[]"])
+
+
 def test_yaml_that_cannot_be_parsed_is_named_with_its_line_and_column(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("train: {steps: 3\nmodel:\n  depth: 2\n")  # the mapping is never closed

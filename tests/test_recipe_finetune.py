@@ -119,6 +119,18 @@ def test_a_sweep_picks_the_best_held_out_learning_rate_then_trains_on_everything
         point = json.loads((run_dir / "sweep" / f"lr_{lr}" / "metrics.json").read_text())
         assert point["holdout_accuracy_averaged"] == sweep[lr] and point["lr"] == float(lr)
     assert metrics["lr"] == metrics["chosen_lr"]
+    # Another seed at the rate this one chose (a reproduction's tune_once), without a sweep of its own.
+    reused = tmp_path / "reused"
+    launch(f"output_dir={reused}", f"init={supervised_run / 'export'}", *TINY, *folders, "seed=1",
+           f"finetune.lr_from={run_dir}", script=FINETUNE)
+    assert json.loads((reused / "metrics.json").read_text())["lr"] == metrics["chosen_lr"]
+    assert not (reused / "sweep").exists()
+    # A run that chose nothing (no sweep) has no rate to give: refused before anything is written.
+    result = launch(f"output_dir={tmp_path / 'refused'}", *TINY, *folders, f"finetune.lr_from={reused}",
+                    script=FINETUNE, check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert f"finetune.lr_from={reused}: no fine-tuning run there has finished a learning-rate sweep" in result.stderr
+    assert not (tmp_path / "refused").exists()
 
 
 def test_a_resumed_fine_tuning_run_ends_with_the_uninterrupted_weights_and_average(folders, tmp_path):

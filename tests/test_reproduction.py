@@ -129,6 +129,17 @@ def test_a_preset_lists_its_own_rows_and_claims_and_the_plan_follows_them(tmp_pa
             assert f"init={cfg.output_dir}/pretrain/pixels-seed0" in run.command
             assert not any(arg.startswith("init=") for arg in runs[f"{script}/none-{readout}-seed0"].command)
     assert not any(arg.startswith(("init=", "eval.features")) for arg in runs["few_shot/none-seed0"].command)
+    # tune_once: the first seed's sweep chooses each row's rate; the other seeds train at it, after that run.
+    once = tiny_config(tmp_path, seeds=[0, 5], rows=rows, claims=[], tune_once=True,
+                       finetune=[*TINY["finetune"], "finetune.sweep_lrs=[0.1,0.3]"])
+    runs = {run.name: run for run in plan_runs(once, ROOT)}
+    first, other = runs["finetune/pixels-seed0"], runs["finetune/pixels-seed5"]
+    assert first.also_after == () and not any(arg.startswith("finetune.lr_from") for arg in first.command)
+    assert other.also_after == ("finetune/pixels-seed0",) and other.after == "pretrain/pixels-seed5"
+    assert {"finetune.sweep_lrs=[]", f"finetune.lr_from={once.output_dir}/finetune/pixels-seed0"} <= set(other.command)
+    config = build_config(FinetuneRunConfig, other.command[3], other.command[4:])
+    assert config.finetune.sweep_lrs == () and config.finetune.lr_from.endswith("finetune/pixels-seed0")
+    assert runs["finetune/none-seed5"].also_after == ("finetune/none-seed0",)
     longer = tiny_config(tmp_path, seeds=[0], rows=rows, claims=[], scratch_finetune=["train.steps=7"])
     runs = {run.name: run for run in plan_runs(longer, ROOT)}
     assert "train.steps=7" in runs["finetune/none-seed0"].command  # the from-scratch row trains longer ...
@@ -209,15 +220,16 @@ def test_runs_wait_for_their_source_a_failure_stops_its_dependents_and_a_rerun_c
     (tmp_path / "console").mkdir()
     order = tmp_path / "order.txt"
     runs = [fake_run("a", tmp_path), fake_run("b", tmp_path, exit_code=3), fake_run("c", tmp_path, after="a"),
-            fake_run("d", tmp_path, after="b")]
+            fake_run("d", tmp_path, after="b"),
+            dataclasses.replace(fake_run("e", tmp_path, after="a"), also_after=("b",))]  # reads b's results too
     with pytest.raises(RunFailed, match=r"b \(exit 3; see .*console/b.txt\)"):
         execute(runs, tmp_path, parallel_runs=1)
     ran = order.read_text().split()
-    assert "d" not in ran and ran.index("c") > ran.index("a")
+    assert "d" not in ran and "e" not in ran and ran.index("c") > ran.index("a")
     order.unlink()
     runs[1] = fake_run("b", tmp_path)  # the cause fixed: the same command again runs only what is left
-    execute(runs, tmp_path, parallel_runs=2)
-    assert order.read_text().split() == ["b", "d"]
+    execute(runs, tmp_path, parallel_runs=1)
+    assert order.read_text().split() == ["b", "d", "e"]
 
 
 def test_an_experiment_continues_only_with_its_own_settings(tmp_path):
@@ -227,6 +239,14 @@ def test_an_experiment_continues_only_with_its_own_settings(tmp_path):
     claim_experiment(tiny_config(tmp_path, seeds=[0, 1, 2, 3, 4], parallel_runs=1))  # more seeds: continued
     with pytest.raises(ConfigError, match="holds an experiment with other settings"):
         claim_experiment(tiny_config(tmp_path, finetune=["train.steps=5"]))
+    # A setting added to the package since the experiment started reads as its default there.
+    plan = Path(cfg.output_dir) / "reproduce.yaml"
+    settings = yaml.safe_load(plan.read_text())
+    del settings["tune_once"]
+    plan.write_text(yaml.safe_dump(settings))
+    claim_experiment(cfg)
+    with pytest.raises(ConfigError, match="holds an experiment with other settings"):
+        claim_experiment(tiny_config(tmp_path, tune_once=True))
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("not an experiment")
     with pytest.raises(ConfigError, match="is not empty"):

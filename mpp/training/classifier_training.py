@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
@@ -16,7 +17,7 @@ from mpp.data.image_dataset import ImageDataset
 from mpp.data.loading import build_loader, prepare_loader
 from mpp.data.subsets import holdout_split
 from mpp.data.transforms import ImageView
-from mpp.errors import DataError
+from mpp.errors import ConfigError, DataError
 from mpp.metrics import class_hits, class_scores
 from mpp.models.classifier import ImageClassifier
 from mpp.run.directory import SWEEP_DIR, read_metrics, write_metrics
@@ -74,6 +75,15 @@ def train_classifier(trainer: Trainer, eval_set: Dataset, eval_name: str, report
     metrics["lr"] = trainer.train_config.lr
     metrics.update(score_classifier(trainer, eval_set, eval_name))
     return metrics
+
+
+def chosen_learning_rate(run_dir: Path) -> float:
+    """The learning rate a finished fine-tuning run's sweep chose (finetune.lr_from)."""
+    metrics = read_metrics(run_dir)
+    if metrics is None or not metrics.get("chosen_lr"):
+        raise ConfigError(f"finetune.lr_from={run_dir}: no fine-tuning run there has finished a learning-rate sweep "
+                          "(its metrics.json with chosen_lr); run that one first, with finetune.sweep_lrs")
+    return float(metrics["chosen_lr"])
 
 
 def sweep_learning_rates(session: Session, config: FinetuneRunConfig, fresh_model: Callable[[], ImageClassifier],
