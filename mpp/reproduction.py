@@ -148,7 +148,7 @@ def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
         baselines.append(Run(name, "few_shot", command("few_shot", name, seed, pixels), None))
         for script in BASELINES:
             # Fitted to each seed's labelled images, where fine-tuning uses a few labels, and once to all of them.
-            fits = [("labelled", labelled)] * bool(labelled) + [("all", 0)] * (seed == cfg.seeds[0])
+            fits = ([("labelled", labelled)] if labelled else []) + ([("all", 0)] if seed == cfg.seeds[0] else [])
             for labels, per_class in fits:
                 name = f"baseline/pixels-{script}-{labels}-seed{seed}"
                 extra = (pixels, f"data.shots_per_class={per_class}", f"data.subset_seed={seed}")
@@ -521,8 +521,8 @@ def few_shot_shots(results: dict[str, Any]) -> list[str]:
 
 def results_table(results: dict[str, Any]) -> str:
     """Markdown: every row's accuracies (mean ± standard deviation over the seeds, in %) and, where recorded, its
-    balanced accuracies, chosen learning rates, both readouts and frozen fits; each claim; and the references on the same images:
-    raw pixels, and the ViT trained from scratch with the labels alone."""
+    balanced accuracies, chosen learning rates, both readouts and frozen fits; each claim; and the references on the
+    same images: raw pixels, and the ViT trained from scratch with the labels alone."""
     recorded = next(iter(results["rows"].values()))
     lines = accuracy_table(results, balanced=False)
     lines += accuracy_table(results, balanced=True) if "finetune_balanced_accuracy" in recorded else []

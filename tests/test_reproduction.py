@@ -82,7 +82,8 @@ def test_the_plan_runs_every_row_for_every_seed_each_after_its_own_pre_training(
     pretrained = [row for row in PAPER_ROWS if row.pretraining]
     # Per seed: each pre-training; each row's fine-tuning, few-shot through both readouts, logistic regression and
     # kNN through both readouts; the baselines.
-    assert len(runs) == 2 * (len(pretrained) + ROW_RUNS * len(PAPER_ROWS) + BASELINE_RUNS["seed"]) + BASELINE_RUNS["once"]
+    per_seed = len(pretrained) + ROW_RUNS * len(PAPER_ROWS) + BASELINE_RUNS["seed"]
+    assert len(runs) == 2 * per_seed + BASELINE_RUNS["once"]
     by_name = {run.name: run for run in runs}
     for seed in (3, 7):
         for row in PAPER_ROWS:
@@ -101,7 +102,8 @@ def test_the_plan_runs_every_row_for_every_seed_each_after_its_own_pre_training(
             assert config.data.subset_seed == config.seed  # each seed its own labelled subset
         if run.stage in ("linear_probe", "knn"):  # the frozen encoder fitted to fine-tuning's labelled images
             assert config.data.subset_seed == config.seed and config.data.shots_per_class == 4
-            assert config.eval.features in ("token", "avg") and config.eval.feature_cache == f"{cfg.output_dir}/features"
+            assert config.eval.features in ("token", "avg")
+            assert config.eval.feature_cache == f"{cfg.output_dir}/features"
         if run.stage == "baseline":  # raw pixels, fitted to fine-tuning's labelled images or to all of them
             assert config.eval.features == "pixels" and config.data.subset_seed == config.seed and run.after is None
             assert config.data.shots_per_class == (0 if "-all-" in run.name else 4) and "-all-seed7" not in run.name
@@ -387,7 +389,8 @@ def test_the_whole_experiment_runs_writes_its_table_and_plots_and_a_rerun_redoes
     command = [sys.executable, str(ROOT / "recipes" / "reproduce.py"), "--config", str(preset)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    runs = len(PAPER_ROWS) * ROW_RUNS + sum(1 for row in PAPER_ROWS if row.pretraining) + BASELINE_RUNS["seed"] + BASELINE_RUNS["once"]
+    runs = (len(PAPER_ROWS) * ROW_RUNS + sum(1 for row in PAPER_ROWS if row.pretraining) + BASELINE_RUNS["seed"]
+            + BASELINE_RUNS["once"])
     assert f"{runs} runs, 0 already finished" in result.stderr
     table = (output_dir / "results.md").read_text()
     for row in PAPER_ROWS:
