@@ -94,6 +94,9 @@ def test_the_loader_benchmark_measures_every_path_on_imagenet_like_files(tmp_pat
         + (["gpu-decode"] if torch.cuda.is_available() else [])]
     assert all(row["images_per_second"] > 0 for row in rows)
     assert len(results["stage_milliseconds"]) == 7 and all(ms > 0 for ms in results["stage_milliseconds"].values())
+    only = loading.main(["--only-imagenet", "--workers", "0", "--rounds", "1", "--seconds", "0.2",
+                         "--imagenet-images", "8", "--paths", "prepared", "gpu-decode"])
+    assert [row["path"] for row in only["rows"]] == ["prepared"] + (["gpu-decode"] if torch.cuda.is_available() else [])
 
 
 @pytest.mark.slow

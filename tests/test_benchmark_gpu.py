@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from launching import ROOT
-from mpp.benchmark.gpu import RESULTS_JSON, RESULTS_MARKDOWN, STAGES, dry_run_plan, junit_outcomes, run
+from mpp.benchmark.gpu import RESULTS_JSON, RESULTS_MARKDOWN, STAGES, dry_run_plan, junit_outcomes, main, run
 
 
 @pytest.mark.slow
@@ -108,3 +108,16 @@ def test_at_its_time_limit_a_stage_is_interrupted_first_so_that_pytest_still_wri
         signal.signal(signal.SIGINT, previous)
     assert outcome.returncode is None  # stopped at the limit
     assert any(name.endswith("test_quick") for name in junit_outcomes(report)["passed"])
+
+
+def test_a_stage_takes_the_time_limit_given_and_a_wrong_limit_is_refused_before_anything_is_written(tmp_path, capsys):
+    out = tmp_path / "out"
+    for wrong in ("loader=ten", "nowhere=5", "loader"):
+        with pytest.raises(SystemExit) as refused:
+            main(["--dry-run", "--checkout", str(ROOT), "--out", str(out), "--limit", wrong])
+        assert refused.value.code == 2 and "--limit takes STAGE=SECONDS" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["--dry-run", "--checkout", str(ROOT), "--out", str(out), "--stages", "loader", "--limit",
+                 "loader=1"]) == 1  # the loader benchmark needs longer than a second
+    loader = json.loads((out / RESULTS_JSON).read_text())["loader"]
+    assert loader["status"] == "failed" and loader["seconds"] < 1 + 15 + 5  # the limit, the grace, the start

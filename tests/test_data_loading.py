@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
+from torch.utils.data import Dataset
 
 from mpp.config import DataConfig
 from mpp.data.loading import build_dataset, build_loader, warn_if_tested_on_training_images
@@ -32,6 +36,25 @@ def folder_with_broken_files(root: Path, good: int, broken: int) -> Path:
         else:  # not even a header
             (folder / f"{i:03d}.jpg").write_bytes(b"\xff\xd8\xff\xe0 cut short")
     return root
+
+
+class WorkerProcessIds(Dataset):
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor(os.getpid())
+
+
+def test_a_stop_signal_to_the_whole_process_group_leaves_the_loader_workers_loading():
+    # A scheduler's SIGTERM reaches the workers too; the training process must still get its next batch (to save its
+    # checkpoint) and not fail on a worker killed by the signal.
+    batches = iter(build_loader(WorkerProcessIds(), 4, DataConfig(num_workers=2, prefetch_factor=1), train=True))
+    worker = int(next(batches)[0])
+    assert worker != os.getpid()
+    os.kill(worker, signal.SIGTERM)
+    os.kill(worker, signal.SIGINT)
+    assert len([next(batches) for _ in range(8)]) == 8  # every batch of the epoch, from both workers
 
 
 def test_undecodable_files_are_skipped_and_counted_across_workers(tmp_path):

@@ -123,6 +123,16 @@ def test_mpp_has_an_encoder_whose_weights_keep_timms_names_and_are_shared(tiny_m
     assert torch.allclose(features(images), before + 1.0, atol=1e-6)
 
 
+def test_every_state_tensor_is_found_by_name_as_accelerates_fsdp2_loading_looks_it_up(tiny_model_config):
+    # accelerate 1.15's fsdp2_load_full_state_dict calls model.get_parameter_or_buffer(name) for every state-dict name
+    # (else it splits the name at a dot, which failed on a GPU for the top-level mask_embedding).
+    model = build(tiny_model_config)
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        assert model.get_parameter_or_buffer(name) is tensor, name
+    with pytest.raises(AttributeError):
+        model.get_parameter_or_buffer("encoder.no_such_weight")
+
+
 def test_normalisation_must_fit_the_input_channels(tiny_model_config):
     with pytest.raises(ConfigError, match="one value per input channel"):
         MaskedPatchPredictor(create_encoder(tiny_model_config), MPPConfig(), (0.5,), (0.5,))

@@ -77,17 +77,18 @@ def gpu_plan() -> Plan:
                 step_args=("--steps", "10", "--repeats", "5", "--warmup", "3"),
                 profile_args=("--steps", "5", "--warmup", "3"), jpegs=2048, short_side=256,
                 pretrain=("train.compile=true", "train.log_every=20", "train.warmup_steps=100"),
-                stop_after_s=60, loader_args=("--workers", *map(str, workers), "--imagenet-images", "512", "--seconds", "2",
-                                          "--rounds", "2"),
+                stop_after_s=30, loader_args=("--workers", *map(str, workers), "--imagenet-images", "512", "--seconds", "2",
+                                          "--rounds", "2", "--paths", "prepared", "gpu-decode"),
                 tests=("-m", "not slow", "tests"),  # the fast lane: the whole suite is CPU-bound recipe launches
                 # Sized to a lent GPU's 15 minutes, start included, in two commands: step loader tests, then
                 # pretrain fsdp.
-                limits_s={"tests": 150, "step": 300, "pretrain": 240, "loader": 90, "fsdp": 120, "profile": 150})
+                limits_s={"tests": 150, "step": 300, "pretrain": 240, "loader": 120, "fsdp": 120, "profile": 150})
 
 
 def dry_run_plan() -> Plan:
     tiny = ("model.img_size=32", "model.patch_size=8", "model.embed_dim=32", "model.depth=2", "model.num_heads=2",
             "data.mean=[0.5,0.5,0.5]", "data.std=[0.25,0.25,0.25]", "train.log_every=2", "train.warmup_steps=2",
+            "data.num_workers=1",  # as on a GPU: the SIGTERM to the process group reaches a loader worker too
             *NO_MONITORS)
     return Plan(dry_run=True, preset="recipes/configs/mpp_tiny_cpu.yaml", precision="fp32", batches=(8,),
                 step_modes=("eager",),  # compiling for the CPU costs minutes; tests/test_recipe_mpp.py compiles
@@ -423,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stages", nargs="+", choices=list(STAGES), default=list(STAGES),
                         help="run only these (default: all, in order)")
     parser.add_argument("--dry-run", action="store_true", help="the same plan at toy sizes on the CPU")
+    parser.add_argument("--limit", nargs="+", default=[], metavar="STAGE=SECONDS",
+                        help="another time limit for these stages (a short lease's time shared out)")
     parser.add_argument("--checkout", type=Path, default=Path.cwd(),
                         help="the root of a checkout of the repository, whose tests and recipes it runs (default: "
                              "the current directory)")
@@ -438,6 +441,14 @@ def main(argv: list[str] | None = None) -> int:
               "machine with one, or add --dry-run to try the plan at toy sizes on the CPU", file=sys.stderr)
         return 2
     plan = replace(dry_run_plan() if args.dry_run else gpu_plan(), checkout=args.checkout.resolve())
+    try:
+        limits = {stage: int(seconds) for stage, seconds in (limit.split("=") for limit in args.limit)}
+    except ValueError:
+        limits = {"": 0}
+    if not set(limits) <= set(STAGES):
+        parser.error(f"--limit takes STAGE=SECONDS, a stage of {', '.join(STAGES)} and whole seconds: got "
+                     f"{' '.join(args.limit)}")
+    plan = replace(plan, limits_s=plan.limits_s | limits)
     args.out.mkdir(parents=True, exist_ok=True)
     work = args.out / "work"
     work.mkdir(exist_ok=True)

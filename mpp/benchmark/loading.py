@@ -60,6 +60,7 @@ FILE_IMAGES = 2048  # images written for the file-based sources
 FILE_IMAGE_SIZE = 128  # their side in pixels: decoding costs more than for 32x32 arrays, as with real photos
 IMAGENET_ASPECTS = (4 / 3, 4 / 3, 4 / 3, 3 / 4, 3 / 2, 2 / 3, 1.0, 5 / 4, 16 / 9)  # width / height, as ImageNet's
 IMAGENET_VIEW, IMAGENET_BATCH = 224, 64
+IMAGENET_PATHS = ("baseline", "library", "prepared", "gpu-decode")  # imagenet_like_paths's, in its order
 # Each epoch reads the ImageNet-like files this many times over: loader workers restart every epoch, and an epoch
 # of a few batches would weigh their start-up far above its share in an ImageNet epoch of 20,000 batches.
 IMAGENET_EPOCH_REPEATS = 16
@@ -267,6 +268,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--imagenet-images", type=int, default=256, help="ImageNet-like JPEGs written (default 256)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds over the ImageNet-like paths")
     parser.add_argument("--only-imagenet", action="store_true", help="skip the preset's sources")
+    parser.add_argument("--paths", nargs="+", choices=IMAGENET_PATHS, default=list(IMAGENET_PATHS),
+                        help="the ImageNet-like paths measured (default: all; gpu-decode only where CUDA is)")
     args = parser.parse_args(argv)
     # More workers than cores is part of what is measured here; torch's warning about it is noise.
     warnings.filterwarnings("ignore", message="This DataLoader will create")
@@ -298,7 +301,7 @@ def main(argv: list[str] | None = None) -> dict:
 
         generator = torch.Generator().manual_seed(0)
         files = [imagenet_like_jpeg(generator) for _ in range(args.imagenet_images)]
-        paths = imagenet_like_paths(Path(root), files)
+        paths = {name: path for name, path in imagenet_like_paths(Path(root), files).items() if name in args.paths}
         rates = {(path, workers): [] for path in paths for workers in args.workers}
         for _ in range(args.rounds):  # interleaved: the machine's drift falls on every path alike
             for (path, workers), measured in rates.items():

@@ -60,6 +60,15 @@ class MaskedPatchPredictor(nn.Module):
         """Raw images -> pooled features of this model's encoder (its weights shared, not copied)."""
         return ImageEncoder(self.encoder, self.normalise, pool)
 
+    def get_parameter_or_buffer(self, target: str) -> torch.Tensor:
+        """The parameter or buffer of this (dotted) name, as on a transformers model. accelerate's FSDP2 (1.15,
+        ``fsdp2_load_full_state_dict``) looks each tensor up so and, on a model without this, splits the name at its
+        last dot, which ``mask_embedding`` has none of."""
+        try:
+            return self.get_parameter(target)
+        except AttributeError:
+            return self.get_buffer(target)
+
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
         return {f"encoder.{name}" for name in self.encoder.no_weight_decay()} | {"mask_embedding"}
