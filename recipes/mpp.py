@@ -70,10 +70,11 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
             metrics |= against_init()
             accelerator.log({"few_shot/final_trained": metrics["few_shot_accuracy"],
                              "few_shot/final_at_init": metrics["few_shot_accuracy_at_init"]}, step=0)
+        encoder = trainer.trained_encoder(cfg.model)  # on every process: under FSDP it gathers the shards
         if accelerator.is_main_process:  # the encoder alone, in timm's hub format
-            export_encoder(trainer.trained_model.encoder, session.run_dir / EXPORT_DIR, cfg.data.mean, cfg.data.std,
+            export_encoder(encoder, session.run_dir / EXPORT_DIR, cfg.data.mean, cfg.data.std,
                            tag="mpp", eval_crop_fraction=cfg.data.eval_crop_fraction,
-                           card=model_card(cfg, metrics, trainer.trained_model.encoder, session.run_dir.name))
+                           card=model_card(cfg, metrics, encoder, session.run_dir.name))
         session.finish(metrics)
     logger.info("done: loss %s, mpp_accuracy %s (most frequent class: %.4f), %.1f images/s; encoder exported to %s",
                 metrics["loss"], metrics["mpp_accuracy"], baseline, metrics["images_per_second"] or 0,

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from launching import ROOT
-from mpp.benchmark.gpu import RESULTS_JSON, RESULTS_MARKDOWN, STAGES, dry_run_plan, junit_outcomes, main, run
+from mpp.benchmark.gpu import (RESULTS_JSON, RESULTS_MARKDOWN, STAGES, dry_run_plan, junit_outcomes, loader_cores_for,
+                               main, run)
 
 
 @pytest.mark.slow
@@ -61,7 +62,9 @@ def test_the_dry_run_goes_through_every_stage_and_writes_json_and_markdown(tmp_p
     assert {"supervised", "mpp"} <= set(results["step"]["eager"]["rows"])
     pretrain = results["pretrain"]
     assert 0 < pretrain["stopped_at_step"] < pretrain["resumed_to_step"] and pretrain["export_max_difference"] < 1e-4
-    assert results["loader"]["rows"] and results["loader"]["loader_cores_per_gpu"] > 0
+    loader = results["loader"]
+    assert loader["rows"] and loader["step_images_per_second"] == results["step"]["eager"]["rows"]["mpp"][
+        "images_per_second"] and "loader_cores_per_gpu" in loader
     assert {row: results["profile"][row]["batch_size"] for row in ("supervised", "mpp")} == {"supervised": 8, "mpp": 8}
     table = (out / RESULTS_MARKDOWN).read_text()
     assert all(f"| {name} |" in table for name in STAGES)
@@ -121,3 +124,13 @@ def test_a_stage_takes_the_time_limit_given_and_a_wrong_limit_is_refused_before_
                  "loader=1"]) == 1  # the loader benchmark needs longer than a second
     loader = json.loads((out / RESULTS_JSON).read_text())["loader"]
     assert loader["status"] == "failed" and loader["seconds"] < 1 + 15 + 5  # the limit, the grace, the start
+
+
+def test_the_loader_cores_a_gpu_needs_are_the_fewest_measured_to_keep_up_with_its_step():
+    # As measured on an H200 (16 cores): per core, 8 workers load less than 1 does.
+    rows = [{"path": "prepared", "workers": workers, "images_per_second": rate}
+            for workers, rate in ((0, 913), (1, 801), (2, 1590), (4, 2802), (8, 4381), (16, 6915))]
+    rows.append({"path": "gpu-decode", "workers": 0, "images_per_second": 4193})  # not the CPU loader
+    assert loader_cores_for(3425, rows) == 8
+    assert loader_cores_for(900, rows) == 1
+    assert loader_cores_for(8000, rows) is None

@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import torch
+from timm.models.vision_transformer import VisionTransformer
 from timm.utils import ModelEmaV3
+from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 from torch.utils.data import Dataset
 
-from mpp.config import TrainConfig, TrainingRunConfig
+from mpp.config import ModelConfig, TrainConfig, TrainingRunConfig
 from mpp.data.loading import build_loader, prepare_loader
+from mpp.models.encoder import create_encoder
 from mpp.run.session import Session, local_processes
 from mpp.training.checkpoint import check_resume_compatible, load_checkpoint, resume_checkpoint
 from mpp.training.engine import PeriodicReport, TrainingRun, plan_batches, train
@@ -93,7 +96,16 @@ class Trainer:
                           self.run_dir, self.run_config, self.averaged, self.accuracy_name, self.log_prefix)
         return train(run, start_step, reports)
 
-    @property
-    def trained_model(self) -> torch.nn.Module:
-        """The model itself, without what accelerate wrapped it in (distribution, compilation)."""
-        return self.session.accelerator.unwrap_model(self.model)
+    def trained_encoder(self, cfg: ModelConfig) -> Optional[VisionTransformer]:
+        """A plain copy of the trained encoder (``cfg``'s architecture) on the host, from the model's whole state dict
+        (accelerate's ``get_state_dict``). Every process calls it: under FSDP it gathers the shards, which only the
+        main process receives; the others get None. (FSDP's sharded parameters cannot be copied or written as they
+        are: an export from them failed on a GPU.)"""
+        state = self.session.accelerator.get_state_dict(self.model)
+        if not state:
+            return None
+        consume_prefix_in_state_dict_if_present(state, "_orig_mod.")  # a compiled model's names
+        encoder = create_encoder(cfg)
+        encoder.load_state_dict({name.removeprefix("encoder."): tensor for name, tensor in state.items()
+                                 if name.startswith("encoder.")})
+        return encoder
