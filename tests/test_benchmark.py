@@ -140,6 +140,23 @@ def test_a_row_whose_process_dies_before_it_is_ready_ends_the_benchmark_naming_i
 
 
 @pytest.mark.slow
+def test_an_experiments_row_gives_balanced_accuracy_where_its_results_record_it(tmp_path):
+    from mpp.benchmark.presets import experiment_row
+
+    preset = Path("recipes/configs/reproduce_openclipart_all_labels_cpu.yaml")
+    assert experiment_row(preset, tmp_path).endswith("| not run | - |")
+    results = tmp_path / "reproduce-openclipart-all-labels-cpu" / "results.json"
+    results.parent.mkdir(parents=True)
+    row = {"label": "from scratch", "finetune_accuracy": [0.58, 0.60]}
+    results.write_text(json.dumps({"seeds": [0, 1], "wall_seconds": 600, "rows": {"scratch": row}}))
+    assert "| 2 | 10 min | fine-tuned test accuracy, mean ± SD over the seeds: from scratch: 59.0 ± 1.4%" in \
+        experiment_row(preset, tmp_path)
+    results.write_text(json.dumps({"seeds": [0, 1], "wall_seconds": 600, "rows": {
+        "scratch": row | {"finetune_balanced_accuracy": [0.33, 0.35]}}}))
+    assert "fine-tuned test balanced accuracy, mean ± SD over the seeds: from scratch: 34.0 ± 1.4%" in \
+        experiment_row(preset, tmp_path)
+
+
 def test_the_presets_table_times_a_preset_and_lists_every_one(tmp_path):
     from mpp.benchmark import presets
 

@@ -41,6 +41,7 @@ from mpp.config import (
 )
 from mpp.config_loading import build_config
 from mpp.models.encoder import count_parameters, create_encoder
+from mpp.reproduction import headline
 from mpp.run.directory import write_whole
 
 RECIPES = {"mpp": MPPRunConfig, "supervised": SupervisedRunConfig, "finetune": FinetuneRunConfig,
@@ -144,10 +145,11 @@ def mean_and_sd(values: list[float]) -> str:
     return f"{100 * statistics.fmean(values):.1f} ± {100 * statistics.stdev(values):.1f}%"
 
 
-def experiment_row(preset: Path) -> str:
+def experiment_row(preset: Path, published: Path = Path("results")) -> str:
+    """The experiment's row: what its published results (``published``/<its output_dir's name>) measured."""
     kind = preset.stem.split("_")[0]
     run = build_config(EXPERIMENTS[kind], preset)
-    results = Path("results") / Path(run.output_dir).name / "results.json"
+    results = published / Path(run.output_dir).name / "results.json"
     purpose = header_field(preset.read_text(), "For")
     if not results.is_file():
         return f"| `{preset.name}` | {purpose} | {len(run.seeds)} | not run | - |"
@@ -157,9 +159,11 @@ def experiment_row(preset: Path) -> str:
         summary = ("linear probe accuracy, mean ± SD over the seeds: "
                    + "; ".join(f"{epochs} epochs: {mean_and_sd(values)}" for epochs, values in ends.items()))
     else:
-        summary = "fine-tuned test accuracy, mean ± SD over the seeds: " + "; ".join(
-            f"{row['label']}: {mean_and_sd(row['finetune_accuracy'])}" for key, row in measured["rows"].items()
-            if key in ("scratch", "mpp-colour-50", "supervised"))
+        figure = headline(measured)  # balanced accuracy where recorded: the figure the claims read
+        summary = (f"fine-tuned test {'balanced ' * (figure == 'finetune_balanced_accuracy')}accuracy, mean ± SD over "
+                   "the seeds: " + "; ".join(f"{row['label']}: {mean_and_sd(row[figure])}"
+                                             for key, row in measured["rows"].items()
+                                             if key in ("scratch", "mpp-colour-50", "supervised")))
     return (f"| `{preset.name}` | {purpose} | {len(measured['seeds'])} | "
             f"{measured['wall_seconds'] / 60:.0f} min | {summary} ([`{results}`](../{results})) |")
 
