@@ -354,6 +354,9 @@ class FinetuneConfig:
     # slice of sweep_holdout_fraction of them and scored on that slice; the best is then trained on all of them.
     sweep_lrs: tuple[float, ...] = ()
     sweep_holdout_fraction: float = 0.02  # App. B.1.1: 2% for CIFAR, 1% for ImageNet, 10% for Pets and Flowers
+    # What the held-out slice scores each rate by: balanced accuracy where the classes are unbalanced, as the
+    # reported figure is then.
+    sweep_score: Literal["accuracy", "balanced_accuracy"] = "accuracy"
     # A finished fine-tuning run's directory: train at the learning rate its sweep chose (its metrics.json's
     # chosen_lr), without a sweep of its own; for the other seeds of a rate chosen once.
     lr_from: str = ""

@@ -86,12 +86,14 @@ def main(cfg: FinetuneRunConfig) -> dict[str, Any]:
             sweep = sweep_learning_rates(session, cfg, lambda: classifier(fresh_encoder()), train_set,
                                          image_view(cfg.data, image_size, augment=False))
             trainer = trainer_at(max(sweep, key=sweep.get))  # the best rate, on all images
-            logger.info("sweep: holdout accuracy %s; training with lr %g on all %d training images",
+            logger.info("sweep: holdout %s %s; training with lr %g on all %d training images",
+                        cfg.finetune.sweep_score.replace("_", " "),
                         ", ".join(f"lr {rate:g}: {score:.4f}" for rate, score in sweep.items()),
                         trainer.train_config.lr, len(train_set))
         metrics = train_classifier(trainer, test_set, "test")
         metrics.update(init=cfg.init or None, chosen_lr=trainer.train_config.lr if sweep else None,
-                       sweep_holdout_accuracy={f"{rate:g}": score for rate, score in sweep.items()} or None)
+                       **{f"sweep_holdout_{cfg.finetune.sweep_score}": {f"{rate:g}": score for rate, score in
+                                                                         sweep.items()} or None})
         session.finish(metrics)
     logger.info("done: test_accuracy %.4f%s with lr %g", metrics["test_accuracy"],
                 f" (averaged weights: {metrics['test_accuracy_averaged']:.4f})" if cfg.finetune.ema_decay else "",

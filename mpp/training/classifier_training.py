@@ -88,16 +88,16 @@ def chosen_learning_rate(run_dir: Path) -> float:
 
 def sweep_learning_rates(session: Session, config: FinetuneRunConfig, fresh_model: Callable[[], ImageClassifier],
                          train_set: ImageDataset, eval_view: ImageView) -> dict[float, float]:
-    """The held-out accuracy of each learning rate of ``config.finetune.sweep_lrs`` (App. B.1.1): each trains a
-    ``fresh_model()`` on ``train_set`` less a seeded slice of it and is scored on that slice, seen through
-    ``eval_view`` (the averaged weights' accuracy when the run averages). Each point is a run of its own in
+    """The held-out score (``finetune.sweep_score``) of each learning rate of ``config.finetune.sweep_lrs`` (App.
+    B.1.1): each trains a ``fresh_model()`` on ``train_set`` less a seeded slice of it and is scored on that slice,
+    seen through ``eval_view`` (the averaged weights' score when the run averages). Each point is a run of its own in
     ``<run>/sweep/lr_<lr>``; a finished one (its metrics.json) is read back when resuming."""
     sweep = config.finetune
     if not isinstance(train_set, ImageDataset):
         raise DataError("a learning-rate sweep holds out part of the training images; it needs data.streaming=false")
     kept, held_out = holdout_split(len(train_set), sweep.sweep_holdout_fraction, config.data.subset_seed)
     sweep_train, holdout = train_set.subset(kept), train_set.subset(held_out, eval_view)
-    score = "holdout_accuracy_averaged" if sweep.ema_decay else "holdout_accuracy"
+    score = f"holdout_{sweep.sweep_score}" + ("_averaged" if sweep.ema_decay else "")
     scores = {}
     for lr in sweep.sweep_lrs:
         point_dir = session.run_dir / SWEEP_DIR / f"lr_{lr:g}"
