@@ -16,16 +16,13 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 
-from mpp.config import MPPRunConfig
-from mpp.config_loading import build_config
+from mpp.benchmark import trained_colour_mpp
 from mpp.data.loading import build_dataset
 from mpp.keyed_random import keys_of
-from mpp.models.encoder import create_encoder, unit_interval
+from mpp.models.encoder import unit_interval
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
 from mpp.models.targets import class_colours
-from mpp.training.checkpoint import newest_intact_checkpoint
 
 GREY_CHANNEL_SPREAD = 16 / 255  # a pixel's largest minus smallest channel: anti-aliasing and PNG palettes stay within
 GREY_TOLERANCE_SHARE = 0.01  # a few coloured pixels (a logo's dot) do not make a drawing colour
@@ -77,14 +74,7 @@ def main(argv: list[str] | None = None) -> dict:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", type=Path, required=True, help="an MPP run directory with a colour target")
     args = parser.parse_args(argv)
-    cfg = build_config(MPPRunConfig, args.run / "config.yaml")
-    if cfg.mpp.target == "pixels":
-        raise SystemExit(f"error: {args.run} regresses pixels (mpp.target=pixels); this scores colour targets only")
-    checkpoint = newest_intact_checkpoint(args.run)
-    if checkpoint is None:
-        raise SystemExit(f"error: {args.run} holds no intact checkpoint")
-    model = MaskedPatchPredictor(create_encoder(cfg.model), cfg.mpp, cfg.data.mean, cfg.data.std)
-    model.load_state_dict(load_file(checkpoint / "model.safetensors"))
+    cfg, checkpoint, model = trained_colour_mpp(args.run)
     test_set = build_dataset(cfg.data, "test", cfg.model.img_size, channels=3, augment=False)
     images, labels, _ = test_set.__getitems__(list(range(len(test_set))))
     grey = grey_images(images)

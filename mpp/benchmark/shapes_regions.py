@@ -15,16 +15,12 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file
 
-from mpp.config import MPPRunConfig
-from mpp.config_loading import build_config
+from mpp.benchmark import trained_colour_mpp
 from mpp.data.shapes import ShapesSource, copy_masks
 from mpp.keyed_random import keys_of
 from mpp.models.corruption import select_patches
-from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
-from mpp.training.checkpoint import newest_intact_checkpoint
 
 REGIONS = ("inside", "outline", "outside")
 
@@ -60,16 +56,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--run", type=Path, required=True, help="an MPP run directory on data.source=shapes")
     parser.add_argument("--images", type=int, default=2000, help="test images (default 2000)")
     args = parser.parse_args(argv)
-    cfg = build_config(MPPRunConfig, args.run / "config.yaml")
+    cfg, checkpoint, model = trained_colour_mpp(args.run)
     if cfg.data.source != "shapes":
         raise SystemExit(f"error: {args.run} trained on data.source={cfg.data.source}; this reads shapes runs only")
-    if cfg.mpp.target == "pixels":
-        raise SystemExit(f"error: {args.run} regresses pixels (mpp.target=pixels); this scores colour targets only")
-    checkpoint = newest_intact_checkpoint(args.run)
-    if checkpoint is None:
-        raise SystemExit(f"error: {args.run} holds no intact checkpoint")
-    model = MaskedPatchPredictor(create_encoder(cfg.model), cfg.mpp, cfg.data.mean, cfg.data.std)
-    model.load_state_dict(load_file(checkpoint / "model.safetensors"))
     regions = region_accuracy(model, ShapesSource("test", cfg.model.img_size), args.images)
     print(f"{checkpoint}, {args.images} test images:")
     for name, figures in regions.items():
