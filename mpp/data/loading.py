@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import signal
 from typing import Iterator
 
 import torch
@@ -116,12 +115,13 @@ def default_num_workers(device_type: str, local_processes: int) -> int:
     return max(1, len(os.sched_getaffinity(0)) // local_processes - 1)
 
 
-def ignore_stop_signals(worker_id: int) -> None:
-    """Each loader worker's start: a scheduler's SIGTERM (and Ctrl-C's SIGINT) reaches the job's whole process group,
-    and a worker it ended would stop the training process (torch raises on a worker killed by a signal) before it
-    saves its checkpoint (``mpp.training.preemption``). The training process ends its workers itself."""
-    for stop in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(stop, signal.SIG_IGN)
+def leave_the_process_group(worker_id: int) -> None:
+    """Each loader worker's start: its own process group. A scheduler's SIGTERM (and Ctrl-C's SIGINT) goes to the
+    job's whole process group, and a worker it ended would stop the training process (torch raises on a worker
+    killed by a signal) before it saves its checkpoint (``mpp.training.preemption``). Signals sent to the worker
+    itself still reach it: the training process ends its workers itself, at the latest at its exit (ignoring SIGTERM
+    instead would outlive that, and hang the exit)."""
+    os.setpgid(0, 0)
 
 
 def build_loader(
@@ -158,7 +158,7 @@ def build_loader(
         num_workers=workers,
         pin_memory=pin_memory,
         prefetch_factor=cfg.prefetch_factor if workers else None,
-        worker_init_fn=ignore_stop_signals,
+        worker_init_fn=leave_the_process_group,
         # Workers restart each epoch and so receive the dataset's new epoch (its views depend on it).
         persistent_workers=False,
     )
