@@ -442,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="run only these (default: all, in order)")
     parser.add_argument("--dry-run", action="store_true", help="the same plan at toy sizes on the CPU")
     parser.add_argument("--limit", nargs="+", default=[], metavar="STAGE=SECONDS",
-                        help="another time limit for these stages (a short lease's time shared out)")
+                        help="another time limit for these stages (a command's time budget shared out)")
     parser.add_argument("--checkout", type=Path, default=Path.cwd(),
                         help="the root of a checkout of the repository, whose tests and recipes it runs (default: "
                              "the current directory)")
@@ -458,14 +458,11 @@ def main(argv: list[str] | None = None) -> int:
               "machine with one, or add --dry-run to try the plan at toy sizes on the CPU", file=sys.stderr)
         return 2
     plan = replace(dry_run_plan() if args.dry_run else gpu_plan(), checkout=args.checkout.resolve())
-    try:
-        limits = {stage: int(seconds) for stage, seconds in (limit.split("=") for limit in args.limit)}
-    except ValueError:
-        limits = {"": 0}
-    if not set(limits) <= set(STAGES):
+    limits = dict(limit.partition("=")[::2] for limit in args.limit)
+    if not (set(limits) <= set(STAGES) and all(seconds.isdigit() for seconds in limits.values())):
         parser.error(f"--limit takes STAGE=SECONDS, a stage of {', '.join(STAGES)} and whole seconds: got "
                      f"{' '.join(args.limit)}")
-    plan = replace(plan, limits_s=plan.limits_s | limits)
+    plan = replace(plan, limits_s=plan.limits_s | {stage: int(seconds) for stage, seconds in limits.items()})
     args.out.mkdir(parents=True, exist_ok=True)
     work = args.out / "work"
     work.mkdir(exist_ok=True)

@@ -47,7 +47,7 @@ def accuracy_on_grey_and_colour(model: MaskedPatchPredictor, images: torch.Tenso
     corrupted patches, and the share of the predictions and of the targets that are grey levels."""
     bits = model.cfg.colour_bits
     totals = {group: torch.zeros(4) for group in ("grey", "colour")}  # images, right, grey predictions, grey targets
-    patches = {group: torch.zeros(()) for group in totals}
+    cells = 1  # scored per image: its corrupted patches times each one's colour cells
     model.eval()
     with torch.no_grad():
         for index in torch.arange(len(images)).split(batch_size):
@@ -62,10 +62,10 @@ def accuracy_on_grey_and_colour(model: MaskedPatchPredictor, images: torch.Tenso
             grey = grey_images(batch)
             for group, chosen in (("grey", grey), ("colour", ~grey)):
                 totals[group] += torch.cat([chosen.sum().float()[None], per_image[chosen].sum(0)])
-                patches[group] += chosen.sum() * out.target[0].numel()
-    return {group: {"images": int(total[0]), "mpp_accuracy": (total[1] / patches[group].clamp_min(1)).item(),
-                    "grey_level_predictions": (total[2] / patches[group].clamp_min(1)).item(),
-                    "grey_level_targets": (total[3] / patches[group].clamp_min(1)).item()}
+            cells = out.target[0].numel()
+    return {group: {"images": int(total[0]), "mpp_accuracy": (total[1] / max(1, total[0] * cells)).item(),
+                    "grey_level_predictions": (total[2] / max(1, total[0] * cells)).item(),
+                    "grey_level_targets": (total[3] / max(1, total[0] * cells)).item()}
             for group, total in totals.items()}
 
 
