@@ -262,6 +262,7 @@ FRONT_PAGE_ROWS = {"from scratch": "scratch", "MPP, 3-bit mean colour, 50%": "mp
                    "MPP, L2 pixels, 50%": "mpp-pixels-50", "MPP, 3-bit mean colour, 15%": "mpp-colour-15",
                    "supervised, all labels": "supervised",
                    "logistic regression on raw pixels (the same labelled images)": "linear_probe_labelled"}
+MAJORITY_ROW = "always answering the largest class"
 
 
 def front_page_results_table() -> str:
@@ -271,9 +272,11 @@ def front_page_results_table() -> str:
     lines = ["| Fine-tuned from | " + " | ".join(FRONT_PAGE_EXPERIMENTS) + " |",
              "|---|" + "---:|" * len(FRONT_PAGE_EXPERIMENTS)]
     for label, row in FRONT_PAGE_ROWS.items():
-        cells = [percent(result["pixels"][row] if row in result["pixels"] else result["rows"][row]["finetune_accuracy"])
-                 for result in results.values()]
+        cells = [percent(result["pixels"][row] if row in result["pixels"]
+                         else result["rows"][row]["finetune_accuracy"]) for result in results.values()]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append(f"| {MAJORITY_ROW} | " + " | ".join(f"{100 * result['majority_class_accuracy']:.1f}"
+                                                    for result in results.values()) + " |")
     return "\n".join(lines) + "\n"
 
 
