@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import statistics
 import signal
@@ -562,18 +563,17 @@ def plot_results(results: dict[str, Any], output_dir: Path) -> list[Path]:
     figure.savefig(paths[0], dpi=120)
     plt.close(figure)
 
-    monitored = [row for row in rows if row["few_shot_during_pretraining"]]
-    if monitored:
+    curves, chance = monitor_plot_figures(results)
+    if curves:
         figure, axes = plt.subplots(figsize=(7, 3.6), layout="constrained")
-        for row in monitored:
-            curves = list(row["few_shot_during_pretraining"].values())
-            length = min(len(curve) for curve in curves)
-            images = [point[0] for point in curves[0][:length]]
-            means = [100 * statistics.fmean(curve[i][1] for curve in curves) for i in range(length)]
-            axes.plot(images, means, marker=".", label=row["label"])
+        for label, (images, means) in curves.items():
+            axes.plot(images, means, marker=".", label=label)
+        axes.axhline(chance, color="0.6", linewidth=1, label="chance")
         axes.set_xlabel("pre-training images seen")
-        axes.set_ylabel(f"{monitored[0]['few_shot_during_pretraining_shots']}-shot accuracy (%), "
+        shots = next(row["few_shot_during_pretraining_shots"] for row in rows if row["few_shot_during_pretraining"])
+        axes.set_ylabel(f"{shots}-shot accuracy (%), "
                         f"mean of {len(results['seeds'])} seeds")
+        axes.set_ylim(0, None)  # from 0: differences read at their size
         # The monitor scores a slice of the training split, whose labels supervised pre-training has trained on.
         axes.set_title("during pre-training, on a fixed slice of the training split", fontsize="medium")
         axes.legend(fontsize="small")
@@ -581,6 +581,20 @@ def plot_results(results: dict[str, Any], output_dir: Path) -> list[Path]:
         figure.savefig(paths[-1], dpi=120)
         plt.close(figure)
     return paths
+
+
+def monitor_plot_figures(results: dict[str, Any]) -> tuple[dict[str, tuple[list[int], list[float]]], float]:
+    """What few_shot_during_pretraining.png draws: each monitored row's curve (images seen, accuracy in % averaged
+    over the seeds, as far as every seed's curve reaches) and chance, the line to read them against. The monitor's
+    slice holds the same number of images of every class, so always answering the largest class scores chance."""
+    curves = {}
+    for row in results["rows"].values():
+        if row["few_shot_during_pretraining"]:
+            seeds = list(row["few_shot_during_pretraining"].values())
+            length = min(len(curve) for curve in seeds)
+            curves[row["label"]] = ([point[0] for point in seeds[0][:length]],
+                                    [100 * statistics.fmean(curve[i][1] for curve in seeds) for i in range(length)])
+    return curves, 100 / results["classes"]
 
 
 def finetune_plot_figures(results: dict[str, Any]) -> tuple[str, list[list[float]], dict[str, float]]:
@@ -611,6 +625,7 @@ def write_results(cfg: ReproductionConfig, wall_seconds: float) -> dict[str, Any
     output_dir = Path(cfg.output_dir)
     results = collect_results(cfg)
     results["wall_seconds"] = wall_seconds
+    results["runs"] = len(plan_runs(cfg, Path(".")))  # what ran: a later tables_only may plan another grid
     (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     return publish(cfg, results, output_dir)
 
@@ -619,8 +634,7 @@ def publish(cfg: ReproductionConfig, results: dict[str, Any], folder: Path) -> d
     """results.md (the tables and the wall time) and the plots, in ``folder`` beside its results.json; copied to
     ``publish_dir`` and into ``results_page``'s section, where set. Returns ``results`` with the table and the plots'
     paths."""
-    table = publish_table(cfg, folder, results_table(results), len(plan_runs(cfg, Path("."))),
-                          results["wall_seconds"])
+    table = publish_table(cfg, folder, results_table(results), results["runs"], results["wall_seconds"])
     plots = plot_results(results, folder)
     copy_to_publish_dir(cfg, folder, plots)
     return {**results, "table": table, "plots": [str(path) for path in plots]}
@@ -660,8 +674,12 @@ def rewrite_tables(cfg: ReproductionConfig) -> dict[str, Any]:
     """The tables, plots and page section written again from the published results.json, running nothing: for a
     change of how results are shown."""
     folder, results = published_results(cfg)
+    recorded = dict(results)
     if "classes" not in results:  # written before the class balance was recorded: added from the data
         results |= class_balance(cfg)
+    if "runs" not in results:  # written before the run count was recorded: the count its results.md printed
+        results["runs"] = int(re.search(r"^(\d+) runs, ", (folder / "results.md").read_text(), flags=re.M)[1])
+    if results != recorded:
         write_whole(folder / "results.json",
                     lambda partial: partial.write_text(json.dumps(results, indent=2) + "\n"))
     return publish(cfg, results, folder)

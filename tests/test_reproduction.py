@@ -34,6 +34,7 @@ from mpp.reproduction import (
     claim_experiment,
     execute,
     finetune_plot_figures,
+    monitor_plot_figures,
     plan_runs,
     reproduce,
     results_table,
@@ -346,6 +347,18 @@ def test_the_fine_tuning_plot_draws_the_claims_measure_with_its_own_reference_li
     assert references == pytest.approx({"logistic regression on raw pixels": 51.0, "kNN on raw pixels (cosine)": 43.0})
 
 
+def test_the_monitor_plot_averages_the_seeds_as_far_as_all_reach_and_reads_them_against_chance():
+    results = example_results()
+    results["classes"] = 8
+    row = next(iter(results["rows"].values()))
+    row["few_shot_during_pretraining"] = {"0": [[0, 0.1], [64, 0.3], [128, 0.5]], "1": [[0, 0.2], [64, 0.4]]}
+    curves, chance = monitor_plot_figures(results)
+    assert list(curves) == [row["label"]]  # the rows without a monitor draw no curve
+    images, means = curves[row["label"]]
+    assert images == [0, 64] and means == pytest.approx([15.0, 35.0])
+    assert chance == 12.5  # the monitor's slice holds every class equally: the largest class scores chance too
+
+
 def test_a_row_that_stays_at_chance_is_named_as_a_broken_baseline():
     results = example_results()
     assert rows_at_chance(results, 0.02) == []
@@ -365,16 +378,22 @@ def test_tables_only_rewrites_the_published_tables_plots_and_page_from_results_j
     published, page = tmp_path / "published", tmp_path / "results.md"
     published.mkdir()
     (published / "results.json").write_text(json.dumps(example_results()))
-    (published / "results.md").write_text("an old table\n")
+    (published / "results.md").write_text("an old table\n\n57 runs, 2 at a time, in 10 min of wall time.\n")
     page.write_text("# Title\n<!-- results: experiment -->\nold\n<!-- /results: experiment -->\n")
     cfg = tiny_config(tmp_path, seeds=[0, 1], publish_dir=str(published), results_page=str(page), tables_only=True)
     results = reproduce(cfg, ROOT)
     table = (published / "results.md").read_text()
     assert table == results["table"] and "| +19.0 [+6.3, +31.7], shown (p 0.033) |" in table
-    assert table.endswith(f"\n{len(plan_runs(cfg, ROOT))} runs, 2 at a time, in 10 min of wall time.\n")
+    # The runs that ran, not those today's plan would run: results written before the count was recorded take it
+    # from the table they printed, and keep it.
+    assert len(plan_runs(cfg, ROOT)) != 57
+    assert table.endswith("\n57 runs, 2 at a time, in 10 min of wall time.\n")
+    assert json.loads((published / "results.json").read_text())["runs"] == 57
     assert f"<!-- results: experiment -->\n{table}<!-- /results: experiment -->" in page.read_text()
     assert (published / "finetune_accuracy.png").read_bytes().startswith(b"\x89PNG")
     assert not (tmp_path / "experiment").exists()  # nothing ran
+    (published / "results.json").write_text(json.dumps(example_results() | {"runs": 33}))
+    assert reproduce(cfg, ROOT)["table"].endswith("\n33 runs, 2 at a time, in 10 min of wall time.\n")
     with pytest.raises(ConfigError, match="run the experiment first"):
         reproduce(tiny_config(tmp_path, tables_only=True), ROOT)
 
@@ -401,6 +420,7 @@ def test_the_whole_experiment_runs_writes_its_table_and_plots_and_a_rerun_redoes
     assert re.search(r"\| logistic regression on raw pixels \| [\d.]+ ± 0\.0 \| [\d.]+ ± 0\.0 \|", table)
     assert re.search(rf"\n{runs} runs, 2 at a time, in \d+ min of wall time", table)
     results = json.loads((output_dir / "results.json").read_text())
+    assert results["runs"] == runs
     curve = results["rows"]["mpp-colour-50"]["few_shot_during_pretraining"]["0"]
     assert [images for images, _ in curve] == [0, 16, 32]  # before the first step and every 2 steps of 8 images
     assert results["rows"]["scratch"]["few_shot_during_pretraining"] == {}
