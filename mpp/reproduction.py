@@ -620,12 +620,12 @@ def elapsed_seconds(output_dir: Path, add: float = 0.0) -> float:
     return total
 
 
-def write_results(cfg: ReproductionConfig, wall_seconds: float) -> dict[str, Any]:
-    """results.json (every seed's figures), then ``publish``: the tables and plots."""
+def write_results(cfg: ReproductionConfig, wall_seconds: float, runs: int) -> dict[str, Any]:
+    """results.json (every seed's figures and how many ``runs`` ran), then ``publish``: the tables and plots."""
     output_dir = Path(cfg.output_dir)
     results = collect_results(cfg)
     results["wall_seconds"] = wall_seconds
-    results["runs"] = len(plan_runs(cfg, Path(".")))  # what ran: a later tables_only may plan another grid
+    results["runs"] = runs  # what ran: a later tables_only may plan another grid
     (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     return publish(cfg, results, output_dir)
 
@@ -722,7 +722,7 @@ def reproduce(cfg: ReproductionConfig, repository: Path) -> dict[str, Any]:
         execute(runs, output_dir, cfg.parallel_runs)
     finally:
         wall_seconds = elapsed_seconds(output_dir, time.perf_counter() - start)
-    results = write_results(cfg, wall_seconds)
+    results = write_results(cfg, wall_seconds, len(runs))
     logger.info("results in %s (%s), plots %s; the experiment took %.1f minutes of wall time\n%s",
                 output_dir / "results.md", output_dir / "results.json", ", ".join(results["plots"]),
                 wall_seconds / 60, results["table"])
