@@ -1,5 +1,5 @@
 """The GPU acceptance command (mpp/benchmark/gpu.py): its whole plan at toy sizes on the CPU (--dry-run), so that a
-lent GPU's time goes on measuring; without CUDA and without --dry-run it refuses in one line."""
+GPU's time goes on measuring; without CUDA and without --dry-run it refuses in one line."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def test_at_its_time_limit_a_stage_is_interrupted_first_so_that_pytest_still_wri
     tests.write_text("import time\n\ndef test_quick():\n    pass\n\ndef test_waits():\n    time.sleep(60)\n")
     report = tmp_path / "report.xml"
     plan = replace(dry_run_plan(), checkout=ROOT)
-    # As under `nohup ... &` (CI, a lent GPU's command): SIGINT ignored, and the stage would inherit that.
+    # As under `nohup ... &` (CI, a GPU's batch command): SIGINT ignored, and the stage would inherit that.
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         outcome = run(plan, [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",

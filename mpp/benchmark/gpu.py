@@ -16,11 +16,11 @@ Stages, each a subprocess with its own time limit (together at most 18 minutes),
 - ``fsdp``: accelerate's FSDP, one process on the GPU: a short run, its checkpoint, ``--resume``, the export;
 - ``profile``: where the step's time goes, supervised and MPP, by ``python -m mpp.benchmark.step_profile``.
 
-It writes ``<dir>/gpu_acceptance.json`` and ``<dir>/gpu_acceptance.md``; ``--stages`` runs some of them (a lent GPU
-takes one command of at most 10 minutes at a time), adding to what ``<dir>`` holds. Without CUDA it refuses in one
-line; ``--dry-run`` runs the same plan at toy sizes on the CPU (tested in CI), so that a GPU's time goes on
-measuring. The GPU machine lacks ``datasets`` (for ``mpp.data.prepare`` and ``hf:`` data) and vit-pytorch: carry
-their wheels (docs/performance.md, "The GPU acceptance run").
+It writes ``<dir>/gpu_acceptance.json`` and ``<dir>/gpu_acceptance.md``; ``--stages`` runs some of them, adding to
+what ``<dir>`` holds, so that the plan splits over several commands where each may run only so long. Without CUDA it
+refuses in one line; ``--dry-run`` runs the same plan at toy sizes on the CPU (tested in CI), so that a GPU's time
+goes on measuring. A GPU machine without network access may lack ``datasets`` (for ``mpp.data.prepare`` and ``hf:``
+data) and vit-pytorch: carry their wheels (docs/performance.md, "The GPU acceptance run").
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def gpu_plan() -> Plan:
                 stop_after_s=30, loader_args=("--workers", *map(str, workers), "--imagenet-images", "512", "--seconds", "2",
                                           "--rounds", "2", "--paths", "prepared", "gpu-decode"),
                 tests=("-m", "not slow", "tests"),  # the fast lane: the whole suite is CPU-bound recipe launches
-                # Sized to a lent GPU's 15 minutes, start included, in two commands: step loader tests, then
+                # Sized to fit 15 minutes of GPU time, start included, in two commands: step loader tests, then
                 # pretrain fsdp.
                 limits_s={"tests": 150, "step": 300, "pretrain": 240, "loader": 120, "fsdp": 120, "profile": 150})
 
