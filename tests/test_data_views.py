@@ -117,8 +117,10 @@ def test_an_images_view_is_a_function_of_seed_epoch_and_index_whatever_its_batch
     halves = torch.cat([dataset.__getitems__([3, 4])[0], dataset.__getitems__([5, 6])[0]])
     assert torch.equal(halves, first)
     assert torch.equal(dataset.__getitems__([6, 3])[0], first[[3, 0]])
-    dataset.set_epoch(1)
-    assert not torch.equal(first, dataset.__getitems__([3, 4, 5, 6])[0])
+    # Another epoch (each sampled position carries its own): another view.
+    later, _, later_keys = dataset.__getitems__([(1, 3), (1, 4), (1, 5), (1, 6)])
+    assert not torch.equal(first, later) and torch.equal(later_keys, keys_of(7, 1, dataset.indices[[3, 4, 5, 6]]))
+    assert torch.equal(dataset.__getitems__([(0, 3), (1, 4)])[0], torch.stack([first[0], later[1]]))
 
 
 def test_decoded_files_and_tensors_get_the_same_view():

@@ -5,13 +5,14 @@ import itertools
 import pytest
 import torch
 from accelerate import Accelerator
-from accelerate.utils import DataLoaderConfiguration
-from torch.utils.data import DataLoader, TensorDataset
+from accelerate.data_loader import prepare_data_loader
+from torch.utils.data import DataLoader
 
 from devices import USE_CPU
 from mpp.config import TrainConfig
 from mpp.errors import ConfigError
-from mpp.training.engine import endless_batches, plan_batches
+from mpp.data.batch_order import EndlessEpochBatches
+from mpp.training.engine import TrainingClock, plan_batches
 
 
 def test_batch_plan_splits_the_global_batch():
@@ -24,23 +25,46 @@ def test_batch_plan_splits_the_global_batch():
 
 
 def test_resumed_batches_continue_where_an_uninterrupted_run_would_be():
-    seeded = DataLoaderConfiguration(use_seedable_sampler=True, data_seed=3)
-    accelerator = Accelerator(cpu=USE_CPU, dataloader_config=seeded)
-    dataset = TensorDataset(torch.arange(20))
-    loader = accelerator.prepare(DataLoader(dataset, batch_size=4, shuffle=True, drop_last=True))  # 5 per epoch
-    straight = [batch[0].tolist() for batch in itertools.islice(endless_batches(loader, dataset, accelerator, 0), 13)]
-    resumed = [batch[0].tolist() for batch in itertools.islice(endless_batches(loader, dataset, accelerator, 7), 6)]
+    order = EndlessEpochBatches(20, batch_size=4, seed=3)  # 5 batches an epoch
+    straight = list(itertools.islice(order, 13))
+    order.start = 7
+    resumed = list(itertools.islice(order, 6))
     assert resumed == straight[7:]
-    assert sorted(sum(straight[:5], [])) == list(range(20))  # an epoch sees every sample once
-    assert straight[:5] != straight[5:10]  # and each epoch reshuffles
+    assert sorted(position for epoch, position in sum(straight[:5], [])) == list(range(20))  # each once an epoch
+    assert {epoch for batch in straight[5:10] for epoch, _ in batch} == {1}  # each position carries its epoch
+    assert [p for b in straight[:5] for _, p in b] != [p for b in straight[5:10] for _, p in b]  # reshuffled
 
 
+@pytest.mark.parametrize("num_processes", [1, 2])
+def test_a_runs_endless_loader_gives_the_batches_of_a_loader_prepared_each_epoch(num_processes):
+    """The same images, views and keys as accelerate's seedable shuffled loader read epoch by epoch with the views
+    of each epoch (how a run read its data before its loader became endless), on each of the processes."""
+    from mpp.config import DataConfig
+    from mpp.data.loading import build_dataset, build_training_loader
+    from mpp.keyed_random import KeyedDraws, keys_of
+
+    dataset = build_dataset(DataConfig(), "train", 8, channels=3, augment=True, seed=5)
+    dataset.indices = dataset.indices[:44]  # 5 batches of 4 per process and epoch with two, 11 with one
+    for rank in range(num_processes):
+        per_epoch = prepare_data_loader(DataLoader(range(44), batch_size=4, shuffle=True, drop_last=True),
+                                        num_processes=num_processes, process_index=rank, use_seedable_sampler=True,
+                                        data_seed=5)
+        endless = iter(build_training_loader(dataset, 4, DataConfig(num_workers=1), seed=5,
+                                             num_processes=num_processes, process_index=rank))
+        for epoch in range(3):
+            per_epoch.set_epoch(epoch)
+            for positions in per_epoch:
+                images, labels, keys = next(endless)
+                index = dataset.indices[positions]
+                expected_keys = keys_of(5, epoch, index)
+                assert torch.equal(keys, expected_keys) and torch.equal(labels, dataset.source.labels[index])
+                assert torch.equal(images, dataset.view(dataset.source.images(index), KeyedDraws(expected_keys)))
 def train_tiny_mpp(tiny_model_config, tmp_path, cfg: TrainConfig, optimizer=None):
     """MPP on the shapes data through the loop, as the recipes run it: (the prepared model, optimizer, metrics)."""
     from accelerate.utils import GradientAccumulationPlugin
 
     from mpp.config import DataConfig, MPPConfig, MPPRunConfig
-    from mpp.data.loading import build_dataset, build_loader
+    from mpp.data.loading import build_dataset, build_training_loader, prepare_loader
     from mpp.models.encoder import create_encoder
     from mpp.models.masked_patch_prediction import MaskedPatchPredictor
     from mpp.training.engine import TrainingRun, train
@@ -51,8 +75,9 @@ def train_tiny_mpp(tiny_model_config, tmp_path, cfg: TrainConfig, optimizer=None
     model = MaskedPatchPredictor(create_encoder(tiny_model_config), MPPConfig(), (0.5,) * 3, (0.5,) * 3)
     optimizer = optimizer(model) if optimizer else torch.optim.AdamW(model.parameters(), lr=cfg.lr, fused=True)
     dataset = build_dataset(DataConfig(), "train", image_size=16, channels=3, augment=True)
-    loader = build_loader(dataset, batch_size=plan.micro_batch_size, cfg=DataConfig(), train=True)
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    loader = build_training_loader(dataset, batch_size=plan.micro_batch_size, cfg=DataConfig(), seed=0)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    loader = prepare_loader(accelerator, loader)
     metrics = train(TrainingRun(accelerator, model, optimizer, loader, dataset, plan, cfg, tmp_path, MPPRunConfig()))
     return model, optimizer, metrics
 
@@ -87,3 +112,18 @@ def test_a_step_moves_the_weights_by_the_learning_rate_times_the_clipped_gradien
                                  for name, value in model.named_parameters()]).norm().item()
     assert moved[1e-4] == pytest.approx(1e-4, rel=1e-3)
     assert moved[1e6] > 100 * moved[1e-4]  # unclipped: the same step's whole gradient
+
+
+def test_the_clock_counts_the_share_of_training_time_spent_waiting_for_data(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr("mpp.training.engine.time.perf_counter", lambda: now[0])
+    clock = TrainingClock(images_per_step=10)
+    for wait, compute in [(5.0, 1.0), (1.0, 3.0), (0.0, 2.0), (2.0, 2.0)]:  # the first step (the loader's start) is
+        with clock.waiting_for_data():                                      # left out of the run's figures
+            now[0] += wait
+        now[0] += compute
+        clock.step_done()
+    assert clock.window_rates() == (40 / 16, 8 / 16)  # the window since the clock started: every step
+    with clock.paused():  # reports and checkpoints count neither as training nor as waiting
+        now[0] += 100
+    assert clock.run_rates() == (30 / 10, 3 / 10)

@@ -40,6 +40,7 @@ def test_a_run_writes_its_whole_directory(run):
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["step"] == 6 and metrics["num_processes"] == 1 and metrics["images_seen"] == 48
     assert 0 < metrics["loss"] < 10 and 0 <= metrics["mpp_accuracy"] <= 1 and metrics["images_per_second"] > 0
+    assert 0 <= metrics["data_wait_share"] < 1
 
 
 def test_tensorboard_has_the_promised_scalars(run):
@@ -47,7 +48,8 @@ def test_tensorboard_has_the_promised_scalars(run):
 
     events = EventAccumulator(str(run)).Reload()
     tags = set(events.Tags()["scalars"])
-    assert {"train/loss", "train/mpp_accuracy", "train/lr", "train/grad_norm", "train/images_per_second"} <= tags
+    assert {"train/loss", "train/mpp_accuracy", "train/lr", "train/grad_norm", "train/images_per_second",
+            "train/data_wait_share"} <= tags
     assert [event.step for event in events.Scalars("train/loss")] == [16, 32, 48]  # x-axis: images seen
 
 

@@ -145,10 +145,10 @@ class BaselineFileDataset(ImageDataset):
     """The file path as it was before draft decoding (the ``baseline`` row): each file decoded whole, each view cut
     and resized by PIL, then stacked, converted to float and mirrored as a float batch."""
 
-    def views_of_files(self, positions: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def views_of_files(self, positions: list[int], epochs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         opened = [self.open(position) for position in positions]
         images = [decode(image, self.source.mode) for _, _, _, image in opened]
-        boxes, flips = self.view.draw(*image_sizes(images), self.opened_draws(opened))
+        boxes, flips = self.view.draw(*image_sizes(images), self.opened_draws(opened, epochs))
         views = baseline_views(images, boxes.tolist(), self.view.size)
         return baseline_batch(views, flips), torch.tensor([index for _, index, _, _ in opened])
 

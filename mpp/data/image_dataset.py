@@ -9,13 +9,14 @@ Hugging Face stream: ``hugging_face.py``.)
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Sequence, Union
 
 import torch
 from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.io import decode_jpeg
 
+from mpp.data.batch_order import EpochPosition
 from mpp.data.image_source import (
     READ_MODES,
     BatchSource,
@@ -28,10 +29,19 @@ from mpp.data.image_source import (
 )
 from mpp.data.transforms import ImageView, image_sizes, match_channels, mirrored, resized_crops
 from mpp.errors import DataError
-from mpp.keyed_random import KeyedDraws, keys_of
+from mpp.keyed_random import Key, KeyedDraws, keys_of
 
 JPEG_END = b"\xff\xd9"  # a JPEG file's last marker (EOI)
 Split = Literal["train", "holdout", "test"]  # "holdout": data.holdout_fraction of the training split, seeded
+
+
+def epochs_and_positions(positions: Sequence[Union[int, EpochPosition]]) -> tuple[torch.Tensor, list[int]]:
+    """(b) epochs and the b positions of a batch's positions: ``(epoch, position)`` pairs, as a training run samples
+    them (``mpp.data.batch_order``), or plain positions, read as epoch 0 (evaluation, sampling)."""
+    if positions and isinstance(positions[0], tuple):
+        epochs, plain = zip(*positions)
+        return torch.tensor(epochs, dtype=torch.long), list(plain)
+    return torch.zeros(len(positions), dtype=torch.long), list(positions)
 
 
 def keep_batch(batch: Any) -> Any:
@@ -50,7 +60,8 @@ class ImageDataset(Dataset):
     """(images, labels, keys) batches: (b c s s) images with ``channels`` channels, float in [0, 1] (in-memory
     sources) or uint8 (files), which the models take alike; (b) int64 labels; (b) int64 keys, each image's
     ``keys_of(seed, epoch, index)``. Its view was drawn from its key, and a model that draws per image (MPP's
-    corruption) draws from it too: each draw is the image's own, whichever process, pass or resumed run reads it."""
+    corruption) draws from it too: each draw is the image's own, whichever process, pass or resumed run reads it.
+    The epoch comes with each sampled position (``__getitems__``), so loader workers need not be told of a new one."""
 
     def __init__(
         self,
@@ -66,7 +77,7 @@ class ImageDataset(Dataset):
         self.indices = torch.arange(len(source)) if indices is None else indices
         if len(self.indices) == 0:
             raise DataError(f"{source.description}: the selection holds no images")
-        self.seed, self.epoch, self.max_bad_fraction = seed, 0, max_bad_fraction
+        self.seed, self.max_bad_fraction = seed, max_bad_fraction
         # One flag per source image, in shared memory: loader workers (other processes) set them, the trainer reads.
         self.undecodable = torch.zeros(len(source) if isinstance(source, FileSource) else 0, dtype=torch.bool)
         self.undecodable.share_memory_()
@@ -92,42 +103,43 @@ class ImageDataset(Dataset):
         return ImageDataset(self.source, view or self.view, self.channels, self.indices[positions], self.seed,
                             self.max_bad_fraction, self.decode_device)
 
-    def set_epoch(self, epoch: int) -> None:
-        """Views are drawn from (seed, epoch, index): each epoch augments afresh, reproducibly."""
-        self.epoch = epoch
+    def keys_for(self, index: torch.Tensor, epoch: Key = 0) -> torch.Tensor:
+        """The (b) keys of the images at these (b) source indices in ``epoch`` (one, or (b)): views are drawn from
+        (seed, epoch, index), so each epoch augments afresh, reproducibly."""
+        return keys_of(self.seed, epoch, index)
 
-    def keys_for(self, index: torch.Tensor) -> torch.Tensor:
-        """The (b) keys of the images at these (b) source indices this epoch."""
-        return keys_of(self.seed, self.epoch, index)
-
-    def draws_for(self, index: torch.Tensor) -> KeyedDraws:
+    def draws_for(self, index: torch.Tensor, epoch: Key = 0) -> KeyedDraws:
         """The draws of the views of the images at these (b) source indices: each image's, whatever its batch."""
-        return KeyedDraws(self.keys_for(index))
+        return KeyedDraws(self.keys_for(index, epoch))
 
     def __len__(self) -> int:
         return len(self.indices)
 
-    def __getitems__(self, positions: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def __getitems__(self, positions: Sequence[Union[int, EpochPosition]]
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The batch at ``positions``: ``(epoch, position)`` pairs, or plain positions (epoch 0)."""
+        epochs, positions = epochs_and_positions(positions)
         index = self.indices[torch.as_tensor(positions, dtype=torch.long)]
         if isinstance(self.source, BatchSource):
-            images = self.view(self.source.images(index), self.draws_for(index))
+            images = self.view(self.source.images(index), self.draws_for(index, epochs))
         elif self.decode_device:
-            images, index = self.views_decoded_on(self.decode_device, positions)
+            images, index = self.views_decoded_on(self.decode_device, positions, epochs)
         else:
-            images, index = self.views_of_files(positions)
-        return match_channels(images, self.channels), self.source.labels[index], self.keys_for(index)
+            images, index = self.views_of_files(positions, epochs)
+        return match_channels(images, self.channels), self.source.labels[index], self.keys_for(index, epochs)
 
     def __getitem__(self, position: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return tuple(part[0] for part in self.__getitems__([position]))
 
-    def views_of_files(self, positions: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Files of any size: opened (headers only), boxes drawn for the batch, then each decoded for its box and
-        resampled. A file that fails is replaced by the next one that does not, with a box drawn for it. Returns
-        the views and the (b) source indices of the images they show."""
+    def views_of_files(self, positions: list[int], epochs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Files of any size: opened (headers only), boxes drawn for the batch (the (b) ``epochs``), then each decoded
+        for its box and resampled. A file that fails is replaced by the next one that does not, with a box drawn for
+        it. Returns the views and the (b) source indices of the images they show."""
         opened = [self.open(position) for position in positions]
-        boxes, flips = self.view.draw(*image_sizes([image for _, _, _, image in opened]), self.opened_draws(opened))
+        boxes, flips = self.view.draw(*image_sizes([image for _, _, _, image in opened]),
+                                      self.opened_draws(opened, epochs))
         views, shown = [], []
-        for (position, index, file, image), box in zip(opened, boxes.tolist()):
+        for (position, index, file, image), box, epoch in zip(opened, boxes.tolist(), epochs.tolist()):
             while True:
                 try:
                     views.append(self.view.resized_crop_of_file(file, image, box, self.source.mode))
@@ -135,17 +147,19 @@ class ImageDataset(Dataset):
                 except UndecodableImage as error:  # its header read, its pixels broken
                     self.record_failure(index, error)
                     position, index, file, image = self.open(position + 1)
-                    box = self.view.draw(*image_sizes([image]), self.draws_for(torch.tensor([index])))[0][0].tolist()
+                    draws = self.draws_for(torch.tensor([index]), epoch)
+                    box = self.view.draw(*image_sizes([image]), draws)[0][0].tolist()
             shown.append(index)
         return self.view.batch_of(views, flips), torch.tensor(shown)
 
-    def views_decoded_on(self, device: str, positions: list[int]):
+    def views_decoded_on(self, device: str, positions: list[int], epochs: torch.Tensor):
         """JPEG files decoded on ``device`` as one batch (nvJPEG on a GPU), each view cut and resized there, with
         the boxes ``views_of_files`` would draw. A batch holding a file nvJPEG cannot decode (broken, or not a JPEG)
         is loaded by ``views_of_files`` instead, which skips what PIL cannot decode either. Returns what
         ``views_of_files`` does."""
         opened = [self.open(position) for position in positions]
-        boxes, flips = self.view.draw(*image_sizes([image for _, _, _, image in opened]), self.opened_draws(opened))
+        boxes, flips = self.view.draw(*image_sizes([image for _, _, _, image in opened]),
+                                      self.opened_draws(opened, epochs))
         files = [file for _, _, file, _ in opened]
         try:
             if not all(file.rstrip(b"\0\r\n ").endswith(JPEG_END) for file in files):
@@ -153,7 +167,7 @@ class ImageDataset(Dataset):
             decoded = decode_jpeg([jpeg_data(file) for file in files], mode=READ_MODES[self.source.mode],
                                   device=device)
         except RuntimeError:
-            images, shown = self.views_of_files(positions)
+            images, shown = self.views_of_files(positions, epochs)
             return images.to(device), shown
         boxes = boxes.to(device)
         views = torch.cat([resized_crops(image[None], boxes[i:i + 1], self.view.size)
@@ -162,9 +176,9 @@ class ImageDataset(Dataset):
         shown = torch.tensor([index for _, index, _, _ in opened])
         return mirrored(views, None if flips is None else flips.to(device)), shown
 
-    def opened_draws(self, opened: list[tuple[int, int, bytes, Image.Image]]) -> KeyedDraws:
+    def opened_draws(self, opened: list[tuple[int, int, bytes, Image.Image]], epochs: torch.Tensor) -> KeyedDraws:
         """The draws of the views of ``open``'s results (those of the images opened, where one stood in)."""
-        return self.draws_for(torch.tensor([index for _, index, _, _ in opened]))
+        return self.draws_for(torch.tensor([index for _, index, _, _ in opened]), epochs)
 
     def open(self, position: int) -> tuple[int, int, bytes, Image.Image]:
         """(position, source index, file, the file opened) of the image at ``position`` or, where it cannot be read

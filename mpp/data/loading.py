@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 from accelerate import Accelerator
@@ -15,6 +15,7 @@ from accelerate.data_loader import prepare_data_loader
 from torch.utils.data import DataLoader, Dataset
 
 from mpp.config import DataConfig
+from mpp.data.batch_order import EndlessEpochBatches
 from mpp.data.hugging_face import StreamingImageDataset, build_stream
 from mpp.data.image_dataset import ImageDataset, Split, keep_batch
 from mpp.data.image_source import FileSource
@@ -40,7 +41,7 @@ def build_dataset(
     """(images, labels, keys) batches of ``split`` at ``image_size``, with the pre-training view when ``augment``.
 
     ``seed`` draws the views; ``process_index`` / ``num_processes`` matter only to a stream, which is split between
-    processes here (map-style data is split into distinct batches by ``prepare_loader``).
+    processes here (map-style data is split into distinct batches by its loader: ``build_training_loader``).
     """
     view = image_view(cfg, image_size, augment)
     if cfg.decode == "gpu" and not torch.cuda.is_available():
@@ -124,6 +125,33 @@ def leave_the_process_group(worker_id: int) -> None:
     os.setpgid(0, 0)
 
 
+def check_batch_fits(dataset: Dataset, batch_size: int) -> None:
+    """Raises a DataError where a map-style training set holds less than one batch, saying first what is wrong with
+    its files where none can be decoded."""
+    if isinstance(dataset, StreamingImageDataset) or len(dataset) >= batch_size:
+        return
+    failed = dataset.undecodable_now() if isinstance(dataset, ImageDataset) else []
+    if failed and len(failed) == len(dataset):  # what is wrong with the data first: no batch size helps
+        raise DataError(f"none of the {len(dataset)} images of {dataset.source.description} can be decoded "
+                        f"(e.g. {'; '.join(failed[:3])}); check that data.source points at image files")
+    raise DataError(
+        f"the training set has {len(dataset)} images"
+        + (f" ({len(failed)} of them cannot be decoded, e.g. {failed[0]})" if failed else "")
+        + f", fewer than one batch of {batch_size}; lower train.micro_batch_size or train.global_batch_size"
+    )
+
+
+def loader_workers(cfg: DataConfig, device_type: str, local_processes: int) -> dict[str, Any]:
+    """The DataLoader's worker settings: how many, pinned memory, how far ahead each loads."""
+    if cfg.decode == "gpu":  # decoded in the main process, straight into GPU memory: nothing to hand over or pin
+        workers, pin_memory = 0, False
+    else:
+        workers = default_num_workers(device_type, local_processes) if cfg.num_workers is None else cfg.num_workers
+        pin_memory = device_type == "cuda" if cfg.pin_memory is None else cfg.pin_memory
+    return dict(num_workers=workers, pin_memory=pin_memory, prefetch_factor=cfg.prefetch_factor if workers else None,
+                worker_init_fn=leave_the_process_group)
+
+
 def build_loader(
     dataset: Dataset,
     batch_size: int,
@@ -132,44 +160,45 @@ def build_loader(
     device_type: str = "cpu",
     local_processes: int = 1,
 ) -> DataLoader:
-    """Training: shuffled, whole batches only (every step sees as many images). Evaluation: in order, all images."""
+    """One pass over the data. Training: shuffled, whole batches only (every step sees as many images); a training
+    run reads ``build_training_loader``'s instead. Evaluation: in order, all images."""
     streaming = isinstance(dataset, StreamingImageDataset)
-    if train and not streaming and len(dataset) < batch_size:
-        failed = dataset.undecodable_now() if isinstance(dataset, ImageDataset) else []
-        if failed and len(failed) == len(dataset):  # what is wrong with the data first: no batch size helps
-            raise DataError(f"none of the {len(dataset)} images of {dataset.source.description} can be decoded "
-                            f"(e.g. {'; '.join(failed[:3])}); check that data.source points at image files")
-        raise DataError(
-            f"the training set has {len(dataset)} images"
-            + (f" ({len(failed)} of them cannot be decoded, e.g. {failed[0]})" if failed else "")
-            + f", fewer than one batch of {batch_size}; lower train.micro_batch_size or train.global_batch_size"
-        )
-    if cfg.decode == "gpu":  # decoded in the main process, straight into GPU memory: nothing to hand over or pin
-        workers, pin_memory = 0, False
-    else:
-        workers = default_num_workers(device_type, local_processes) if cfg.num_workers is None else cfg.num_workers
-        pin_memory = device_type == "cuda" if cfg.pin_memory is None else cfg.pin_memory
-    return DataLoader(
-        dataset,
-        batch_size=batch_size,
-        shuffle=train and not streaming,
-        drop_last=train,
-        collate_fn=None if streaming else keep_batch,
-        num_workers=workers,
-        pin_memory=pin_memory,
-        prefetch_factor=cfg.prefetch_factor if workers else None,
-        worker_init_fn=leave_the_process_group,
-        # Workers restart each epoch and so receive the dataset's new epoch (its views depend on it).
-        persistent_workers=False,
-    )
+    if train:
+        check_batch_fits(dataset, batch_size)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=train and not streaming, drop_last=train,
+                      collate_fn=None if streaming else keep_batch, **loader_workers(cfg, device_type, local_processes))
+
+
+def build_training_loader(
+    dataset: Dataset,
+    batch_size: int,
+    cfg: DataConfig,
+    seed: int,
+    num_processes: int = 1,
+    process_index: int = 0,
+    device_type: str = "cpu",
+    local_processes: int = 1,
+) -> DataLoader:
+    """A training run's loader: for map-style data, this process's batches epoch after epoch without end
+    (``EndlessEpochBatches``; set its ``start`` to resume), read by one iterator whose workers live for the whole
+    run; a stream is read one epoch a pass (``build_loader``)."""
+    if isinstance(dataset, StreamingImageDataset):
+        return build_loader(dataset, batch_size, cfg, train=True, device_type=device_type,
+                            local_processes=local_processes)
+    check_batch_fits(dataset, batch_size * num_processes)
+    order = EndlessEpochBatches(len(dataset), batch_size, seed, num_processes, process_index)
+    return DataLoader(dataset, batch_sampler=order, collate_fn=keep_batch,
+                      **loader_workers(cfg, device_type, local_processes))
 
 
 def prepare_loader(accelerator: Accelerator, loader: DataLoader) -> DataLoader:
     """Hand the loader to accelerate: with several processes, each gets distinct batches of every epoch. A stream
-    already holds this process's share only (``build_dataset``), so it is just moved to the device."""
-    if isinstance(loader.dataset, StreamingImageDataset):
+    and a training run's endless loader already hold this process's share only (``build_dataset``,
+    ``build_training_loader``), so they are just moved to the device."""
+    if isinstance(loader.dataset, StreamingImageDataset) or isinstance(loader.batch_sampler, EndlessEpochBatches):
         return prepare_data_loader(loader, device=accelerator.device, num_processes=1, process_index=0,
-                                   put_on_device=True, dispatch_batches=False)
+                                   put_on_device=True, dispatch_batches=False,
+                                   non_blocking=accelerator.dataloader_config.non_blocking)
     prepared = accelerator.prepare(loader)
     # accelerate checkpoints nothing of a map-style loader (a sampler's state only for a sharded stream): a run's
     # position is its step and its order the seed. So it need not keep the loader for save_state, where on XLA it

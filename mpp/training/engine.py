@@ -11,7 +11,7 @@ import itertools
 import logging
 import math
 import time
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional, Protocol, Sequence
@@ -56,22 +56,19 @@ def plan_batches(cfg: TrainConfig, num_processes: int) -> BatchPlan:
     return BatchPlan(cfg.global_batch_size, micro, num_processes, cfg.global_batch_size // per_pass)
 
 
-def endless_batches(loader: DataLoader, dataset: Dataset, accelerator: Accelerator, start: int) -> Iterator[Any]:
-    """Batches of prepared ``loader`` (of ``dataset``) epoch after epoch, starting after the first ``start`` (so a
-    resumed run sees what it would have)."""
-    sized = not isinstance(dataset, IterableDataset)
-    epoch, skip = divmod(start, len(loader)) if sized else (0, start)
+def endless_batches(loader: DataLoader, dataset: Dataset, start: int) -> Iterator[Any]:
+    """Batches of prepared ``loader`` (of ``dataset``) epoch after epoch, after the first ``start`` (so a resumed run
+    sees what it would have). A run's loader of map-style data is endless already, from its own start
+    (``mpp.data.batch_order``; any other map-style loader is read again and again, from its first batch); a stream
+    is read one epoch a pass, and again up to the resume point."""
+    while not isinstance(dataset, IterableDataset):
+        yield from loader
+    epoch, skip = 0, start
     while True:
-        loader.set_epoch(epoch)  # the shuffle order is a function of (seed, epoch) ...
-        if hasattr(dataset, "set_epoch"):
-            dataset.set_epoch(epoch)  # ... and so are the augmented views
-        if sized:
-            yield from accelerator.skip_first_batches(loader, skip) if skip else loader
-            skip = 0
-        else:  # a stream has no length to divide by: it is read again up to the resume point
-            batches = iter(loader)
-            skip -= sum(1 for _ in itertools.islice(batches, skip))
-            yield from batches
+        dataset.set_epoch(epoch)  # the stream's shuffle and its views are functions of (seed, epoch)
+        batches = iter(loader)
+        skip -= sum(1 for _ in itertools.islice(batches, skip))
+        yield from batches
         epoch += 1
 
 
@@ -132,26 +129,40 @@ class RunningMeans:
 
 
 class TrainingClock:
-    """Images per second of training steps alone: neither the first step (warm-up, compilation) nor the time spent
-    in reports and checkpoint writing (``paused``) counts."""
+    """Images per second of training steps alone, and the share of their wall time the loop waited for its next
+    batch: neither the first step (warm-up, compilation, the loader's start) nor the time spent in reports and
+    checkpoint writing (``paused``) counts. Read on the host's clock only: nothing here waits for the device."""
 
     def __init__(self, images_per_step: int) -> None:
         self.images_per_step = images_per_step
         self.run_start = self.window_start = self.first_step_done = time.perf_counter()
         self.window_steps = self.steps = 0
+        self.window_wait = self.run_wait = self.step_wait = 0.0
+
+    @contextmanager
+    def waiting_for_data(self) -> Iterator[None]:
+        started = time.perf_counter()
+        yield
+        self.step_wait += time.perf_counter() - started
 
     def step_done(self) -> None:
         self.steps += 1
         self.window_steps += 1
         if self.steps == 1:
             self.first_step_done = time.perf_counter()
+        else:
+            self.run_wait += self.step_wait
+        self.window_wait += self.step_wait
+        self.step_wait = 0.0
 
-    def window_rate(self) -> float:
-        """Images per second since the last call; starts the next window."""
+    def window_rates(self) -> tuple[float, float]:
+        """Images per second and the share of the time spent waiting for data since the last call; starts the next
+        window."""
         now = time.perf_counter()
         rate = self.window_steps * self.images_per_step / (now - self.window_start)
-        self.window_steps, self.window_start = 0, now
-        return rate
+        waited = self.window_wait / (now - self.window_start)
+        self.window_steps, self.window_start, self.window_wait = 0, now, 0.0
+        return rate, waited
 
     @contextmanager
     def paused(self) -> Iterator[None]:
@@ -160,13 +171,15 @@ class TrainingClock:
         pause = time.perf_counter() - pausing
         self.window_start, self.first_step_done = self.window_start + pause, self.first_step_done + pause
 
-    def run_rate(self) -> Optional[float]:
-        """Images per second over this session's steps after the first (of the one step, if only one ran)."""
+    def run_rates(self) -> tuple[Optional[float], Optional[float]]:
+        """Images per second and the data-waiting share over this session's steps after the first (of the one
+        step, if only one ran)."""
         if not self.steps:
-            return None
+            return None, None
         timed = self.steps - 1 if self.steps > 1 else 1
         since = self.first_step_done if self.steps > 1 else self.run_start
-        return timed * self.images_per_step / (time.perf_counter() - since)
+        wall = time.perf_counter() - since
+        return timed * self.images_per_step / wall, (self.run_wait if self.steps > 1 else self.window_wait) / wall
 
 
 def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicReport] = ()) -> dict[str, Any]:
@@ -177,7 +190,7 @@ def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicRepor
     """
     accelerator, model, optimizer, plan, cfg = run.accelerator, run.model, run.optimizer, run.plan, run.train_config
     accelerator.gradient_accumulation_steps = plan.accumulation_steps
-    batches = endless_batches(run.loader, run.dataset, accelerator, start=start_step * plan.accumulation_steps)
+    batches = endless_batches(run.loader, run.dataset, start=start_step * plan.accumulation_steps)
     guard = NonFiniteGuard(optimizer, accelerator.device, stop=cfg.on_nonfinite == "stop",
                            scaler_skips=accelerator.scaler is not None, start_step=start_step)
     means, clock = RunningMeans(accelerator.device), TrainingClock(plan.global_batch_size)
@@ -186,7 +199,8 @@ def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicRepor
     skipped_steps = 0
     progress = tqdm(total=cfg.steps, initial=start_step, desc="train", disable=not accelerator.is_local_main_process)
     unwrapped = accelerator.unwrap_model(model)
-    with logging_redirect_tqdm(), StopSignals() as stop_signals, progress:
+    # closing(batches): the loader's workers end with the run, not whenever the iterator is collected
+    with logging_redirect_tqdm(), StopSignals() as stop_signals, progress, closing(batches):
         with clock.paused():
             for report in reports if start_step == 0 else ():
                 report(0, 0)
@@ -196,7 +210,8 @@ def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicRepor
             for group in optimizer.param_groups:
                 group["lr"] = lr
             for micro_step in range(plan.accumulation_steps):
-                images, labels, keys = next(batches)
+                with clock.waiting_for_data():
+                    images, labels, keys = next(batches)
                 # What the model draws from the global RNG (dropout, drop-path) is a function of (seed, step, pass,
                 # process), so a resumed run draws what an uninterrupted one would. Seeded after fetching the batch:
                 # starting a loader iterator (as resuming does) consumes random numbers too.
@@ -220,11 +235,13 @@ def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicRepor
                 skipped_steps += logged["skipped_steps"]
             with clock.paused():  # speeds count training time, not reports or checkpoint writing
                 report_and_checkpoint(run, done, reports, stop_signals, guard, clock.window_steps)
+    images_per_second, data_wait_share = clock.run_rates()
     return {
         "step": cfg.steps,
         "loss": logged.get("loss"),
         run.accuracy_name: logged.get(run.accuracy_name),
-        "images_per_second": clock.run_rate(),
+        "images_per_second": images_per_second,
+        "data_wait_share": data_wait_share,  # of the wall time images_per_second is measured over
         "images_seen": cfg.steps * plan.global_batch_size,
         "num_processes": plan.num_processes,
         "global_batch_size": plan.global_batch_size,
@@ -241,12 +258,14 @@ def log_step(run: TrainingRun, done: int, lr: float, grad_norm: torch.Tensor, me
     Raises ``NonFiniteStep`` where a skipped step must stop the run."""
     loss, accuracy = means.read(run.accelerator)
     skipped = guard.check(done, clock.window_steps)  # raises where the run must stop
+    images_per_second, data_wait_share = clock.window_rates()  # ends the window
     metrics = {
         "loss": loss,
         run.accuracy_name: accuracy,
         "lr": lr,
         "grad_norm": grad_norm.item(),
-        "images_per_second": clock.window_rate(),  # ends the window
+        "images_per_second": images_per_second,
+        "data_wait_share": data_wait_share,  # the loop's time spent waiting for its next batch
         "skipped_steps": skipped,
     }
     # The x-axis counts images seen, so runs with different batch sizes line up.
@@ -254,9 +273,9 @@ def log_step(run: TrainingRun, done: int, lr: float, grad_norm: torch.Tensor, me
                         step=done * run.plan.global_batch_size)
     progress.set_postfix(loss=f"{loss:.4f}", acc=f"{accuracy:.3f}")
     logger.info(
-        "%sstep %d/%d  loss %.4f  %s %.4f  lr %.2e  grad_norm %.3f  %.1f images/s%s",
+        "%sstep %d/%d  loss %.4f  %s %.4f  lr %.2e  grad_norm %.3f  %.1f images/s (%.0f%% waiting for data)%s",
         run.log_prefix, done, run.train_config.steps, loss, run.accuracy_name, accuracy, lr, metrics["grad_norm"],
-        metrics["images_per_second"], guard.describe(metrics["skipped_steps"]),
+        images_per_second, 100 * data_wait_share, guard.describe(metrics["skipped_steps"]),
     )
     guard.reset()
     return metrics

@@ -20,7 +20,8 @@ from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 from torch.utils.data import Dataset
 
 from mpp.config import ModelConfig, TrainConfig, TrainingRunConfig
-from mpp.data.loading import build_loader, prepare_loader
+from mpp.data.batch_order import EndlessEpochBatches
+from mpp.data.loading import build_training_loader, prepare_loader
 from mpp.models.encoder import create_encoder
 from mpp.run.session import Session, local_processes
 from mpp.training.checkpoint import check_resume_compatible, load_checkpoint, resume_checkpoint
@@ -57,8 +58,10 @@ class Trainer:
         self.ema_decay, self.accuracy_name, self.log_prefix = ema_decay, accuracy_name, log_prefix
         accelerator = session.accelerator
         self.plan = plan_batches(self.train_config, accelerator.num_processes)
-        self.loader = build_loader(train_set, self.plan.micro_batch_size, config.data, train=True,
-                                   device_type=accelerator.device.type, local_processes=local_processes(accelerator))
+        self.loader = build_training_loader(train_set, self.plan.micro_batch_size, config.data, config.seed,
+                                            accelerator.num_processes, accelerator.process_index,
+                                            device_type=accelerator.device.type,
+                                            local_processes=local_processes(accelerator))
         self.optimizer = create_optimizer(model, self.train_config, accelerator.device)
         self.checkpoint = resume_checkpoint(config.resume if resume is None else resume, self.run_dir)
         if self.checkpoint is not None:
@@ -87,11 +90,13 @@ class Trainer:
         self.model, self.optimizer = accelerator.prepare(self.model, self.optimizer)
         if self.averaged is not None:
             self.averaged.module.to(accelerator.device)
-        loader = prepare_loader(accelerator, self.loader)
         start_step = 0
         if self.checkpoint is not None:
             start_step = load_checkpoint(accelerator, self.checkpoint, self.averaged)
             logger.info("%sresumed from %s at step %d", self.log_prefix, self.checkpoint, start_step)
+        if isinstance(self.loader.batch_sampler, EndlessEpochBatches):  # a resumed run reads on where it stopped
+            self.loader.batch_sampler.start = start_step * self.plan.accumulation_steps
+        loader = prepare_loader(accelerator, self.loader)
         run = TrainingRun(accelerator, self.model, self.optimizer, loader, self.train_set, self.plan, self.train_config,
                           self.run_dir, self.run_config, self.averaged, self.accuracy_name, self.log_prefix)
         return train(run, start_step, reports)

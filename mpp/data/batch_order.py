@@ -1,0 +1,50 @@
+"""The order a training run reads its images in: this process's batches, epoch after epoch, without end.
+
+One loader iterator then serves the whole run: its workers start once and load the next epoch's first batches
+while the last ones of the epoch train, where a loader started afresh each epoch would drain its pipeline and start
+its workers again at every epoch's end (every few seconds on a folder of 10,000 images). The views depend on the
+epoch (``mpp.data.image_dataset``), so every sampled position carries its epoch to the workers: ``(epoch,
+position)``.
+
+The order is the one accelerate gives a shuffled loader with a seedable sampler (``use_seedable_sampler``, as the
+session makes it): the positions of epoch e shuffled by a generator seeded with ``seed + e``, cut into whole batches,
+and the batches dealt out to the processes in turn. It is built here from accelerate's own samplers, so that the
+two cannot drift apart (a test compares them over several epochs).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Iterator
+
+from accelerate.data_loader import BatchSamplerShard, SeedableRandomSampler
+from torch.utils.data import BatchSampler, Sampler
+
+EpochPosition = tuple[int, int]  # (epoch, position in the dataset)
+
+
+class EndlessEpochBatches(Sampler[list[EpochPosition]]):
+    """This process's batches of ``batch_size`` positions of a dataset of ``size`` images, each position paired with
+    its epoch, epoch after epoch; from batch ``start`` of the run on (a resumed run reads what it would have)."""
+
+    def __init__(self, size: int, batch_size: int, seed: int, num_processes: int = 1, process_index: int = 0,
+                 start: int = 0) -> None:
+        self.shuffled = SeedableRandomSampler(range(size), data_seed=seed)
+        batches = BatchSampler(self.shuffled, batch_size, drop_last=True)
+        self.batches = (BatchSamplerShard(batches, num_processes, process_index) if num_processes > 1 else batches)
+        self.batch_size, self.start = batch_size, start
+        if not self.batches_per_epoch:
+            raise ValueError(f"{size} images make no whole batch of {batch_size} on each of {num_processes} processes")
+
+    @property
+    def batches_per_epoch(self) -> int:
+        """This process's batches in one epoch."""
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[list[EpochPosition]]:
+        epoch, skip = divmod(self.start, self.batches_per_epoch)
+        while True:
+            self.shuffled.set_epoch(epoch)  # only positions are drawn: skipping a resumed epoch's batches is cheap
+            for batch in itertools.islice(self.batches, skip, None):
+                yield [(epoch, position) for position in batch]
+            epoch, skip = epoch + 1, 0
