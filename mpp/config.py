@@ -213,11 +213,15 @@ class RuntimeConfig:
 class TrainConfig(RuntimeConfig):
     """Optimisation (App. B.1.2: Adam, LR 2e-4, 10k warm-up steps, cosine decay, batch 4096, 1M steps)."""
 
-    steps: int = 1_000_000  # optimizer steps
+    steps: Optional[int] = 1_000_000  # optimizer steps; null where train.epochs gives the length
+    epochs: Optional[float] = None  # the length in passes over the training set instead (then train.steps=null)
     global_batch_size: int = 4096  # images per optimizer step, over all processes and accumulation steps
     micro_batch_size: Optional[int] = None  # images per process per forward pass; unset: no accumulation
-    lr: float = 2e-4  # peak learning rate, used as is (no batch-size scaling)
-    warmup_steps: int = 10_000  # linear warm-up from 0 (a run shorter than this never reaches the peak)
+    lr: float = 2e-4  # peak learning rate: as is, or of the reference batch (train.lr_scaling)
+    lr_scaling: Literal["none", "linear"] = "none"  # linear: peak = lr x global_batch_size / lr_reference_batch
+    lr_reference_batch: int = 256  # the batch train.lr is given for when scaled (MAE states its rates at 256)
+    warmup_steps: Optional[int] = 10_000  # linear warm-up from 0 (a run shorter than this never reaches the peak)
+    warmup_epochs: Optional[float] = None  # the warm-up in epochs instead (then train.warmup_steps=null)
     decay: Literal["cosine", "linear"] = "cosine"
     min_lr: float = 0.0  # learning rate at the last step
     betas: tuple[float, float] = (0.9, 0.999)  # adamw only
@@ -236,14 +240,20 @@ class TrainConfig(RuntimeConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("steps", "global_batch_size", "log_every", "checkpoint_every", "keep_checkpoints",
-                     "stop_check_every"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"train.{name}={getattr(self, name)} must be at least 1")
+        for steps, epochs in (("steps", "epochs"), ("warmup_steps", "warmup_epochs")):
+            if (getattr(self, steps) is None) == (getattr(self, epochs) is None):
+                raise ConfigError(f"give one of train.{steps}={getattr(self, steps)} and train.{epochs}="
+                                  f"{getattr(self, epochs)}, and set the other to null (e.g. train.{steps}=null "
+                                  f"train.{epochs}=100)")
+        for name in ("steps", "epochs", "global_batch_size", "lr_reference_batch", "log_every", "checkpoint_every",
+                     "keep_checkpoints", "stop_check_every"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise ConfigError(f"train.{name}={getattr(self, name)} must be positive")
         if self.micro_batch_size is not None and self.micro_batch_size < 1:
             raise ConfigError(f"train.micro_batch_size={self.micro_batch_size} must be at least 1 (or null)")
-        if self.warmup_steps < 0:
-            raise ConfigError(f"train.warmup_steps={self.warmup_steps} must be at least 0")
+        for name in ("warmup_steps", "warmup_epochs"):
+            if getattr(self, name) is not None and getattr(self, name) < 0:
+                raise ConfigError(f"train.{name}={getattr(self, name)} must be at least 0")
         if self.lr <= 0:
             raise ConfigError(f"train.lr={self.lr} must be positive")
 

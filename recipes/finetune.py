@@ -91,7 +91,7 @@ def main(cfg: FinetuneRunConfig) -> dict[str, Any]:
                         ", ".join(f"lr {rate:g}: {score:.4f}" for rate, score in sweep.items()),
                         trainer.train_config.lr, len(train_set))
         metrics = train_classifier(trainer, test_set, "test")
-        metrics.update(init=cfg.init or None, chosen_lr=trainer.train_config.lr if sweep else None,
+        metrics.update(init=cfg.init or None, chosen_lr=max(sweep, key=sweep.get) if sweep else None,
                        **{f"sweep_holdout_{cfg.finetune.sweep_score}": {f"{rate:g}": score for rate, score in
                                                                          sweep.items()} or None})
         session.finish(metrics)

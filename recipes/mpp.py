@@ -74,7 +74,7 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
         if accelerator.is_main_process:  # the encoder alone, in timm's hub format
             export_encoder(encoder, session.run_dir / EXPORT_DIR, cfg.data.mean, cfg.data.std,
                            tag="mpp", eval_crop_fraction=cfg.data.eval_crop_fraction,
-                           card=model_card(cfg, metrics, encoder, session.run_dir.name))
+                           card=model_card(cfg, trainer.train_config, metrics, encoder, session.run_dir.name))
         session.finish(metrics)
     logger.info("done: loss %s, mpp_accuracy %s (most frequent class: %.4f), %.1f images/s; encoder exported to %s",
                 metrics["loss"], metrics["mpp_accuracy"], baseline, metrics["images_per_second"] or 0,

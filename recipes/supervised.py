@@ -62,7 +62,7 @@ def main(cfg: SupervisedRunConfig) -> dict[str, Any]:
         if accelerator.is_main_process:  # the encoder alone: fine-tuning replaces the pre-training head (Sec. 3.2)
             export_encoder(encoder, session.run_dir / EXPORT_DIR, cfg.data.mean, cfg.data.std,
                            tag="supervised", eval_crop_fraction=cfg.data.eval_crop_fraction,
-                           card=model_card(cfg, metrics, encoder, session.run_dir.name))
+                           card=model_card(cfg, trainer.train_config, metrics, encoder, session.run_dir.name))
         session.finish(metrics)
     logger.info("done: loss %s, test_accuracy %.4f, %.1f images/s; encoder exported to %s", metrics["loss"],
                 metrics["test_accuracy"], metrics["images_per_second"] or 0, session.run_dir / EXPORT_DIR)

@@ -75,6 +75,9 @@ def test_unknown_key_is_an_error_that_lists_the_valid_ones(tmp_path):
         ("train.log_with=[tensorboard,weights]", "names weights, which accelerate does not track with; choose from"),
         ("train.log_with=wandb", r"must be a list, e.g. train.log_with=\[wandb\]"),
         ("steps", "not of the form key=value"),
+        ("train.epochs=10", r"give one of train.steps=1000000 and train.epochs=10.0, and set the other to null"),
+        ("train.warmup_steps=null", r"give one of train.warmup_steps=None and train.warmup_epochs=None"),
+        ("train.lr_scaling=sqrt", "not one of: none, linear"),
     ],
 )
 def test_bad_values_name_the_key_and_the_problem(override, message):

@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from mpp.training.schedule import learning_rate
+from mpp.config import TrainConfig
+from mpp.errors import ConfigError
+from mpp.training.schedule import learning_rate, resolved_schedule
 
 
 def test_linear_warmup_then_cosine_to_the_final_rate():
@@ -21,3 +23,23 @@ def test_linear_decay_and_no_warmup():
 
 def test_warmup_longer_than_the_run_never_reaches_the_peak():
     assert learning_rate(4, 1.0, warmup_steps=10, total_steps=5) == pytest.approx(0.5)
+
+
+def test_a_schedule_in_epochs_becomes_steps_of_the_training_set_and_the_batch():
+    given = TrainConfig(steps=None, epochs=2.5, warmup_steps=None, warmup_epochs=0.5, global_batch_size=64)
+    resolved, derivation = resolved_schedule(given, images=1000)
+    assert (resolved.steps, resolved.warmup_steps) == (40, 8)  # 2,500 and 500 images: 39.06 and 7.8 steps, rounded up
+    assert resolved.epochs is None and resolved.warmup_epochs is None and resolved.lr == given.lr
+    assert derivation == ("train.epochs=2.5 of 1,000 images at a global batch of 64: 40 steps; "
+                          "train.warmup_epochs=0.5 of 1,000 images at a global batch of 64: 8 warm-up steps")
+    assert resolved_schedule(TrainConfig(steps=None, epochs=1, global_batch_size=100), 1000)[0].steps == 10
+    with pytest.raises(ConfigError, match="train.epochs needs a training set of known size.*give train.steps"):
+        resolved_schedule(given, images=None)  # a stream
+
+
+def test_linear_scaling_gives_the_reference_batchs_rate_times_the_batch_ratio():
+    given = TrainConfig(lr=1.5e-4, lr_scaling="linear", lr_reference_batch=256, global_batch_size=1024)
+    resolved, derivation = resolved_schedule(given, images=10_000)
+    assert resolved.lr == pytest.approx(6e-4) and resolved.lr_scaling == "none" and resolved.steps == given.steps
+    assert derivation == "peak lr 0.0006 = train.lr 0.00015 x 1,024 / 256 (train.lr_scaling=linear)"
+    assert resolved_schedule(TrainConfig(lr=1e-3), 10_000) == (TrainConfig(lr=1e-3), "")  # as given by default

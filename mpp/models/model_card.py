@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 from timm.models.vision_transformer import VisionTransformer
 
-from mpp.config import MPPRunConfig, SupervisedRunConfig
+from mpp.config import MPPRunConfig, SupervisedRunConfig, TrainConfig
 
 PACKAGE_CITATION = """@software{mpp,
   title = {mpp: masked patch prediction for Vision Transformers},
@@ -37,12 +37,13 @@ def scalar_figures(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, fl
     return figures
 
 
-def model_card(config: MPPRunConfig | SupervisedRunConfig, metrics: Mapping[str, Any], encoder: VisionTransformer,
-               run_name: str) -> str:
-    """Markdown with the hub's front matter, from the run's resolved config and its metrics."""
+def model_card(config: MPPRunConfig | SupervisedRunConfig, train: TrainConfig, metrics: Mapping[str, Any],
+               encoder: VisionTransformer, run_name: str) -> str:
+    """Markdown with the hub's front matter, from the run's resolved config, the schedule it trained on (``train``:
+    steps, warm-up and peak learning rate as the loop read them) and its metrics."""
     image_size, patch_size = encoder.patch_embed.img_size[0], encoder.patch_embed.patch_size[0]
     parameters = sum(parameter.numel() for parameter in encoder.parameters())
-    train, data = config.train, config.data
+    data = config.data
     if isinstance(config, MPPRunConfig):
         method = "masked patch prediction"
         objective = (f"masked patch prediction (ViT paper Sec. 4.6): {config.mpp.corruption_rate:.0%} of the patch "

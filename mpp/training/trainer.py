@@ -17,7 +17,7 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 from timm.utils import ModelEmaV3
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, IterableDataset
 
 from mpp.config import ModelConfig, TrainConfig, TrainingRunConfig
 from mpp.data.batch_order import EndlessEpochBatches
@@ -27,6 +27,7 @@ from mpp.run.session import Session, local_processes
 from mpp.training.checkpoint import check_resume_compatible, load_checkpoint, resume_checkpoint
 from mpp.training.engine import PeriodicReport, TrainingRun, plan_batches, train
 from mpp.training.optimizer import create_optimizer
+from mpp.training.schedule import resolved_schedule
 
 logger = logging.getLogger(__name__)
 
@@ -53,11 +54,14 @@ class Trainer:
         log_prefix: str = "",
     ) -> None:
         self.session, self.model, self.train_set, self.run_config = session, model, train_set, config
-        self.train_config = train or config.train
         self.run_dir = run_dir or session.run_dir
         self.ema_decay, self.accuracy_name, self.log_prefix = ema_decay, accuracy_name, log_prefix
         accelerator = session.accelerator
-        self.plan = plan_batches(self.train_config, accelerator.num_processes)
+        given = train or config.train
+        self.plan = plan_batches(given, accelerator.num_processes)
+        # What the loop reads: steps from epochs, the learning rate scaled to the batch; how, for the plan line.
+        self.train_config, self.derivation = resolved_schedule(
+            given, None if isinstance(train_set, IterableDataset) else len(train_set))
         self.loader = build_training_loader(train_set, self.plan.micro_batch_size, config.data, config.seed,
                                             accelerator.num_processes, accelerator.process_index,
                                             device_type=accelerator.device.type,
@@ -78,6 +82,7 @@ class Trainer:
             f"{cfg.decay} decay; {cfg.optimizer} optimizer, weight decay {cfg.weight_decay:g}"
             + (f"; weights averaged (decay {self.ema_decay})" if self.ema_decay else "")
             + ("; compiled with torch.compile (inductor)" if cfg.compile else "")
+            + (f" ({self.derivation})" if self.derivation else "")
         )
 
     def fit(self, reports: Sequence[PeriodicReport] = ()) -> dict[str, Any]:
