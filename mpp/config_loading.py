@@ -91,7 +91,7 @@ def parse_command_line(cls: type, argv: Optional[typing.Sequence[str]], default_
     parser.add_argument("--config", type=Path, default=default_preset, help=f"YAML preset (default: {default_preset})")
     parser.add_argument("--resume", action="store_true", help="continue the run in output_dir (same as resume=auto)")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.steps=100")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # flags before, between or after the overrides
     overrides = list(args.overrides) + (["resume=auto"] if args.resume else [])
     return build_config(cls, args.config, overrides)
 

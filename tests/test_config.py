@@ -151,6 +151,8 @@ def test_resume_flag_means_resume_auto():
     tiny = Path(__file__).parents[1] / "recipes" / "configs" / "mpp_tiny_cpu.yaml"
     cfg = parse_command_line(MPPRunConfig, ["--resume", "seed=3"], tiny, description="")
     assert cfg.resume == "auto" and cfg.seed == 3
+    cfg = parse_command_line(MPPRunConfig, ["seed=3", "--resume", "train.steps=5"], tiny, description="")
+    assert cfg.resume == "auto" and cfg.seed == 3 and cfg.train.steps == 5  # overrides on both sides of the flag
 
 
 def test_trackers_add_to_tensorboard_and_a_missing_package_is_named(monkeypatch):

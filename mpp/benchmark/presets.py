@@ -126,7 +126,8 @@ def preset_row(preset: Path, max_tokens: int, estimate_batch: int, repeats: int,
     encoder, parameters, image = encoder_description(run)
     steps, step_time, peak = "-", "-", "-"
     if recipe != "eval":
-        steps = f"{run.train.steps:,} x {run.train.global_batch_size:,}"
+        length = f"{run.train.steps:,}" if run.train.steps else f"{run.train.epochs:g} epochs"
+        steps = f"{length} x {run.train.global_batch_size:,}"
     if recipe != "eval" and timed:
         step_time, peak = time_step(preset, recipe, run, max_tokens, estimate_batch, repeats)
         print(f"{preset.name}: {step_time} per step, peak {peak}", flush=True)

@@ -1,0 +1,116 @@
+"""docs/own-images.md walked end to end at toy size, its commands run as the page gives them (in its order, on
+folders of images made here, with overrides that shrink the model and the schedule), and the one-GPU presets it
+names taking a step at their own size."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from tests.launching import ROOT, launch
+
+PAGE = ROOT / "docs" / "own-images.md"
+ENCODER = ["model.img_size=32", "model.patch_size=8", "model.embed_dim=32", "model.depth=2", "model.num_heads=2"]
+SCHEDULE = ["train.epochs=2", "train.warmup_epochs=0.5", "train.global_batch_size=16", "train.compile=false",
+            "train.mixed_precision=no", "train.log_every=2", "data.num_workers=1"]
+TOY = {  # what each script's commands get on top of the page's arguments
+    "recipes/mpp.py": [*ENCODER, *SCHEDULE, "train.micro_batch_size=8", "train.checkpoint_every=4",
+                       "monitor.mosaic_every=0"],
+    "recipes/finetune.py": [*SCHEDULE, "train.micro_batch_size=16", "finetune.sweep_lrs=[0.01,0.03]",
+                            "finetune.sweep_holdout_fraction=0.25"],
+    "eval/linear_probe.py": ENCODER,  # the architecture init's folder has
+    "eval/knn.py": [*ENCODER, "knn.k=5"],
+    "eval/few_shot.py": [*ENCODER, "few_shot.shots=[2]", "few_shot.holdout_per_class=2"],
+}
+
+
+def write_images(folder: Path, count: int, colour_of_class: dict[str, tuple[int, int, int]]) -> None:
+    """``count`` images per class, each a class's colour with a seeded square of another, 40x36 px."""
+    generator = torch.Generator().manual_seed(count)
+    for name, colour in colour_of_class.items():
+        (folder / name).mkdir(parents=True, exist_ok=True)
+        for index in range(count):
+            image = Image.new("RGB", (40, 36), colour)
+            x, y = torch.randint(0, 24, (2,), generator=generator).tolist()
+            image.paste(tuple(torch.randint(0, 256, (3,), generator=generator).tolist()), (x, y, x + 12, y + 12))
+            image.save(folder / name / f"{index:03d}.png")
+
+
+def page_blocks(language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", PAGE.read_text(), re.S | re.M)
+
+
+def in_folder(text: str, tmp_path: Path) -> str:
+    """The page's example paths moved into the test's folder."""
+    return text.replace("/data/", f"{tmp_path}/data/").replace("runs/", f"{tmp_path}/runs/")
+
+
+@pytest.mark.slow
+def test_the_own_images_page_runs_end_to_end(tmp_path):
+    write_images(tmp_path / "data" / "my-images", 48, {"all": (200, 60, 40)})
+    for split, count in (("train", 24), ("val", 8)):
+        write_images(tmp_path / "data" / "labelled" / split, count, {"circles": (30, 90, 200), "leaves": (40, 160, 60)})
+    commands = [line for block in page_blocks("bash") for line in block.splitlines() if line.strip()]
+    assert len(commands) == 7
+    ran = []
+    for command in commands:
+        words = shlex.split(in_folder(command, tmp_path))
+        if words[:2] == ["python", "-m"]:
+            subprocess.run([sys.executable, *words[1:]], check=True, cwd=ROOT, capture_output=True)
+            ran.append(words[2])
+            continue
+        assert words[:2] == ["accelerate", "launch"], command
+        script, arguments = words[2], words[3:]
+        resuming = "--resume" in arguments
+        longer = ["train.epochs=4"] if resuming else []  # the finished run, continued for two more epochs
+        launch(*arguments, *TOY[script], *longer, script=ROOT / script)
+        ran.append(script + " --resume" * resuming)
+    assert ran == ["mpp.data.prepare", "recipes/mpp.py", "recipes/mpp.py --resume", "recipes/finetune.py",
+                   "eval/linear_probe.py", "eval/knn.py", "eval/few_shot.py"]
+
+    runs = tmp_path / "runs"
+    log = (runs / "my-mpp" / "log.txt").read_text()
+    # 48 images at a global batch of 16: 3 steps an epoch; the plan line says how it got there
+    assert "train.epochs=2 of 48 images at a global batch of 16: 6 steps" in log
+    assert re.search(r"peak lr 9.3\de-06 = train.lr 0.00015 x 16 / 256 \(train.lr_scaling=linear\)", log)
+    assert re.search(r"resumed from .*step_00000006 at step 6", log)
+    pretraining = json.loads((runs / "my-mpp" / "metrics.json").read_text())
+    assert pretraining["step"] == 12 and 0 <= pretraining["data_wait_share"] < 1
+    finetuning = json.loads((runs / "my-finetune" / "metrics.json").read_text())
+    assert finetuning["chosen_lr"] in (0.01, 0.03) and 0 <= finetuning["test_balanced_accuracy"] <= 1
+    for run in ("my-probe", "my-knn", "my-few-shot"):
+        assert json.loads((runs / run / "metrics.json").read_text())["init"] == str(runs / "my-mpp")
+
+    (loading,) = page_blocks("python")
+    check = ("\nimport torch\nimages = torch.rand(2, 3, 32, 32)\n"
+             "print(tuple(encoder(images).shape), tuple(classifier(images).shape), type(same_encoder).__name__)")
+    shown = subprocess.run([sys.executable, "-c", in_folder(loading, tmp_path) + check], check=True, cwd=ROOT,
+                           capture_output=True, text=True).stdout.split("\n")[-2]
+    assert shown == "(2, 32) (2, 10) TimmWrapperModel"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["mpp", "finetune"])
+def test_the_one_gpu_presets_take_a_step_at_their_own_size(tmp_path, recipe):
+    """ViT-B/16 at 224 px as the preset gives it, bf16 included; only compiling (minutes on a CPU) and the batch
+    are changed, and the length: one step."""
+    write_images(tmp_path / "images", 4, {"circles": (30, 90, 200), "leaves": (40, 160, 60)})
+    preset = ROOT / "recipes" / "configs" / f"{recipe}_vit_b16_one_gpu.yaml"
+    small = ["train.compile=false", "train.global_batch_size=2", "train.micro_batch_size=2", "train.epochs=0.25",
+             "train.checkpoint_every=1", "monitor.mosaic_every=0" if recipe == "mpp" else "finetune.sweep_lrs=[]",
+             f"data.source=folder:{tmp_path / 'images'}", f"output_dir={tmp_path / 'run'}"]
+    if recipe == "finetune":
+        small.append(f"data.eval_folder={tmp_path / 'images'}")
+    launch("--config", str(preset), *small, script=ROOT / "recipes" / f"{recipe}.py")
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert metrics["step"] == 1 and metrics["loss"] > 0
+    log = (tmp_path / "run" / "log.txt").read_text()
+    assert "vit_base_patch16_224" in log and "train.epochs=0.25 of 8 images at a global batch of 2: 1 steps" in log
