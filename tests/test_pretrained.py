@@ -143,3 +143,27 @@ def test_eval_features_auto_reads_an_mpp_encoder_by_its_mean_patch_token_and_any
         "classifier_checkpoint.safetensors": "token"}
     assert readout("auto", None) == "token"  # a random encoder: the [class] token, as timm's ViT reads it
     assert readout("token", read["mpp"]) == "token" and readout("pixels", None) == "pixels"  # asked by name: kept
+
+
+@pytest.mark.slow
+@pytest.mark.cpu_only("two gloo processes shard the model with FSDP2 on this machine's CPU")
+def test_a_model_sharded_by_fsdp2_exports_what_one_process_exports(tmp_path):
+    """FSDP2 shards every weight into DTensors, which safetensors cannot write (an export failed so on a GPU): the
+    export reads the whole state dict gathered as accelerate gathers it, into an encoder of its own."""
+    import os
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    from tests.launching import ROOT, free_port
+
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                             str(free_port()), str(ROOT / "tests" / "scripts" / "fsdp_export.py"), str(tmp_path)],
+                            capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    sharded, single = (load_file(tmp_path / run / "model.safetensors") for run in ("sharded", "one-process"))
+    assert sharded.keys() == single.keys() and len(sharded) > 20
+    assert all(torch.allclose(sharded[name], single[name], atol=1e-6) for name in single)
+    encoder = timm.create_model(f"local-dir:{tmp_path / 'sharded'}", pretrained=True, num_classes=0)
+    assert encoder(torch.rand(1, 3, 16, 16)).shape == (1, 32)

@@ -28,6 +28,7 @@ import torch
 from timm.layers import resample_abs_pos_embed
 from timm.models import load_state_dict, save_for_hf
 from timm.models.vision_transformer import VisionTransformer
+from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
 from mpp.config import ModelConfig
 from mpp.errors import ConfigError
@@ -178,6 +179,17 @@ def input_normalisation(pretrained: Optional[PretrainedEncoder], mean: tuple[flo
         logger.warning("normalising with the pre-trained encoder's mean %s and std %s (data.mean / data.std: %s, %s)",
                        pretrained.mean, pretrained.std, mean, std)
     return pretrained.mean, pretrained.std
+
+
+def encoder_from_model_state(state: dict[str, torch.Tensor], cfg: ModelConfig) -> VisionTransformer:
+    """A fresh encoder of ``cfg``'s architecture holding the encoder weights of a model's whole state dict (an MPP
+    model's or a classifier's, compiled or not, as gathered from every process): plain tensors of its own, which
+    safetensors can write whatever the state dict's came from (FSDP's gathered shards included)."""
+    consume_prefix_in_state_dict_if_present(state, "_orig_mod.")  # a compiled model's names
+    encoder = create_encoder(cfg)
+    encoder.load_state_dict({name.removeprefix("encoder."): tensor for name, tensor in state.items()
+                             if name.startswith("encoder.")})
+    return encoder
 
 
 def export_encoder(

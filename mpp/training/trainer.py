@@ -16,13 +16,12 @@ from typing import Any, Optional, Sequence
 import torch
 from timm.models.vision_transformer import VisionTransformer
 from timm.utils import ModelEmaV3
-from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 from torch.utils.data import Dataset, IterableDataset
 
 from mpp.config import ModelConfig, TrainConfig, TrainingRunConfig
 from mpp.data.batch_order import EndlessEpochBatches
 from mpp.data.loading import build_training_loader, prepare_loader
-from mpp.models.encoder import create_encoder
+from mpp.models.pretrained import encoder_from_model_state
 from mpp.run.session import Session, local_processes
 from mpp.training.checkpoint import check_resume_compatible, load_checkpoint, resume_checkpoint
 from mpp.training.engine import PeriodicReport, TrainingRun, plan_batches, train
@@ -112,10 +111,4 @@ class Trainer:
         main process receives; the others get None. (FSDP's sharded parameters cannot be copied or written as they
         are: an export from them failed on a GPU.)"""
         state = self.session.accelerator.get_state_dict(self.model)
-        if not state:
-            return None
-        consume_prefix_in_state_dict_if_present(state, "_orig_mod.")  # a compiled model's names
-        encoder = create_encoder(cfg)
-        encoder.load_state_dict({name.removeprefix("encoder."): tensor for name, tensor in state.items()
-                                 if name.startswith("encoder.")})
-        return encoder
+        return encoder_from_model_state(state, cfg) if state else None
