@@ -4,6 +4,8 @@
   for supervised, MPP and vit-pytorch's MPP, timed in turn.
 - ``python -m mpp.benchmark.loading`` (``loading.py``): images/s of every data source at several worker counts,
   next to the training step.
+- ``python -m mpp.benchmark.training_run`` (``training_run.py``): the pre-training recipe on prepared images, its
+  images/s and the share of its time spent waiting for data beside the step's, on a small and a large dataset.
 - ``python -m mpp.benchmark.checkpoint`` (``checkpoint.py``): saving, verifying and loading a checkpoint of the
   ViT-B/16 preset's size (synthetic state), from the page cache and (``--cold``) from the disk.
 - ``python -m mpp.benchmark.shapes_regions`` and ``python -m mpp.benchmark.grey_images``: where a trained MPP model
