@@ -30,11 +30,11 @@ class ModelConfig:
 
     name: str = "vit_base_patch16_224"  # any timm ViT architecture; the fields below override its sizes when set
     img_size: Optional[int] = None  # pre-training resolution (Sec. 4.6 and B.1: 224)
-    patch_size: Optional[int] = None
-    embed_dim: Optional[int] = None
-    depth: Optional[int] = None
-    num_heads: Optional[int] = None
-    in_chans: int = 3
+    patch_size: Optional[int] = None  # pixels per patch side (8, 14, 16, 32); must divide model.img_size
+    embed_dim: Optional[int] = None  # token width (Ti 192, S 384, B 768, L 1024, H 1280)
+    depth: Optional[int] = None  # transformer blocks
+    num_heads: Optional[int] = None  # attention heads per block; must divide model.embed_dim
+    in_chans: int = 3  # input channels: 3 for colour, 1 for grey images (each image is converted to it)
     drop_path_rate: float = 0.0  # stochastic depth
     dropout: float = 0.0  # after adding position embeddings and after every dense layer but qkv (App. B.1)
     # Recompute each block's activations in the backward pass instead of keeping them (timm's
@@ -185,7 +185,7 @@ class MPPConfig:
 class RuntimeConfig:
     """How a run uses its machine: the settings training (train.*) and evaluation (eval.*) share."""
 
-    mixed_precision: Literal["no", "bf16", "fp16"] = "no"
+    mixed_precision: Literal["no", "bf16", "fp16"] = "no"  # autocast precision of the forward pass (bf16 on GPUs)
     compile: bool = False  # torch.compile the model (accelerate's "inductor" backend): a slow start, faster steps on
     # a GPU; false leaves it to `accelerate launch --dynamo_backend` (off unless asked)
     cpu_threads: int = 0  # on a CPU: threads per process; 0 shares the cores among this machine's processes
@@ -222,7 +222,7 @@ class TrainConfig(RuntimeConfig):
     lr_reference_batch: int = 256  # the batch train.lr is given for when scaled (MAE states its rates at 256)
     warmup_steps: Optional[int] = 10_000  # linear warm-up from 0 (a run shorter than this never reaches the peak)
     warmup_epochs: Optional[float] = None  # the warm-up in epochs instead (then train.warmup_steps=null)
-    decay: Literal["cosine", "linear"] = "cosine"
+    decay: Literal["cosine", "linear"] = "cosine"  # from the peak after warm-up to train.min_lr at the last step
     min_lr: float = 0.0  # learning rate at the last step
     betas: tuple[float, float] = (0.9, 0.999)  # adamw only
     weight_decay: float = 0.0  # decoupled (AdamW); App. B.1.2 states none for MPP. Skips biases, norms, tokens.
@@ -263,7 +263,7 @@ class RunConfig:
     """What every run has: its directory, seed, encoder and data."""
 
     output_dir: str = ""  # the run's directory; empty: runs/<recipe>-<date>-<time>
-    seed: int = 0
+    seed: int = 0  # seeds the weights, the data order, the views and the corruption
     overwrite: bool = False  # start again in an output_dir that holds an earlier run, deleting it
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -333,7 +333,7 @@ class ClassifierConfig:
     head: Literal["mlp", "linear"] = "mlp"  # pre-training: one tanh hidden layer of the encoder's width; fine-tuning:
     # a single linear layer (Sec. 3.2). The output layer always starts at zero, so initial logits are exactly zero.
     pool: Pooling = "token"  # what the head reads
-    label_smoothing: float = 0.0
+    label_smoothing: float = 0.0  # of the cross-entropy's targets (0: none)
 
     def __post_init__(self) -> None:
         if not 0 <= self.label_smoothing < 1:
@@ -490,8 +490,8 @@ class LinearProbeRunConfig(EvaluationRunConfig):
 class KnnConfig:
     """k-nearest-neighbour classification of frozen features: cosine similarity, votes weighted exp(s / T)."""
 
-    k: int = 20
-    temperature: float = 0.07
+    k: int = 20  # neighbours that vote
+    temperature: float = 0.07  # T of the votes' weights exp(similarity / T)
 
     def __post_init__(self) -> None:
         if self.k < 1 or self.temperature <= 0:
@@ -540,9 +540,9 @@ class ReproductionRow:
 class ReproductionClaim:
     """A claim of the paper, tested as the paired difference ``better`` - ``worse`` (two rows' names)."""
 
-    claim: str = ""
-    better: str = ""
-    worse: str = ""
+    claim: str = ""  # the sentence tested, as the tables print it
+    better: str = ""  # the row the claim says is better (its name)
+    worse: str = ""  # the row it says is worse
 
 
 # The paper's grid (Sec. 4.6): from scratch, MPP with each target at 50% corruption and the colour target at 15%, and
@@ -576,9 +576,9 @@ class ReproductionConfig:
     seeds: tuple[int, ...] = (0, 1, 2)  # each seed repeats everything: pre-training, labelled subset, fine-tuning
     parallel_runs: int = 1  # runs at once; on a CPU they share its cores equally
     launcher: tuple[str, ...] = ()  # the command each run's script follows, e.g. [accelerate, launch]; empty: python
-    mpp_preset: str = "recipes/configs/mpp_fashion_mnist_cpu.yaml"
-    supervised_preset: str = "recipes/configs/supervised_fashion_mnist_cpu.yaml"
-    finetune_preset: str = "recipes/configs/finetune_fashion_mnist_cpu.yaml"
+    mpp_preset: str = "recipes/configs/mpp_fashion_mnist_cpu.yaml"  # each stage's preset, before the lists below
+    supervised_preset: str = "recipes/configs/supervised_fashion_mnist_cpu.yaml"  # supervised pre-training's
+    finetune_preset: str = "recipes/configs/finetune_fashion_mnist_cpu.yaml"  # fine-tuning's
     eval_preset: str = "recipes/configs/eval_fashion_mnist_cpu.yaml"  # few-shot and the raw-pixel baselines
     data: tuple[str, ...] = ()  # every run: the dataset, where it differs from the presets' (data.source, .mean, ...)
     encoder: tuple[str, ...] = ()  # every run: the one encoder all rows share (model.*)
@@ -591,7 +591,7 @@ class ReproductionConfig:
     # With finetune.sweep_lrs: each row's learning rate is chosen once, on the first seed's validation split, and the
     # other seeds' fine-tuning trains at it (finetune.lr_from) without a sweep of its own. False: every seed sweeps.
     tune_once: bool = False
-    few_shot: tuple[str, ...] = ()
+    few_shot: tuple[str, ...] = ()  # every row's few-shot evaluation (few_shot.*)
     linear_probe: tuple[str, ...] = ()  # the raw-pixel baselines: logistic regression ...
     knn: tuple[str, ...] = ()  # ... and kNN
     # The grid: its rows (each a mapping of name, label, pretraining: mpp | supervised | null, overrides) and the
@@ -637,22 +637,22 @@ class PretrainingCurveConfig:
     ``epochs`` read by the linear probe on every training label and by few-shot regression. Each list holds
     ``key=value`` overrides of the stage presets."""
 
-    output_dir: str = "runs/pretraining-curve"
-    seeds: tuple[int, ...] = (0, 1, 2)
+    output_dir: str = "runs/pretraining-curve"  # one folder per run inside, then results.md, results.json and the plot
+    seeds: tuple[int, ...] = (0, 1, 2)  # one MPP run per seed
     parallel_runs: int = 1  # runs at once; on a CPU they share its cores equally
     launcher: tuple[str, ...] = ()  # the command each run's script follows; empty: python
-    mpp_preset: str = "recipes/configs/mpp_fashion_mnist_cpu.yaml"
-    eval_preset: str = "recipes/configs/eval_fashion_mnist_cpu.yaml"
+    mpp_preset: str = "recipes/configs/mpp_fashion_mnist_cpu.yaml"  # the pre-training runs' preset
+    eval_preset: str = "recipes/configs/eval_fashion_mnist_cpu.yaml"  # the frozen evaluations' preset
     data: tuple[str, ...] = ()  # every run
     encoder: tuple[str, ...] = ()  # every run: the encoder (model.*)
     mpp: tuple[str, ...] = ()  # the pre-training runs (train.*, mpp.*; train.steps and checkpointing are set here)
     epochs: tuple[int, ...] = (1, 2, 4, 8, 16)  # the checkpoints read, besides the encoder at initialisation
     features: Pooling = "avg"  # what the frozen protocols read: MPP trains the patch tokens, not the [class] token
-    few_shot: tuple[str, ...] = ()
-    linear_probe: tuple[str, ...] = ()
+    few_shot: tuple[str, ...] = ()  # the few-shot evaluations (few_shot.*)
+    linear_probe: tuple[str, ...] = ()  # the linear probes (linear_probe.*)
     publish_dir: str = ""  # as in ReproductionConfig
-    results_page: str = ""
-    tables_only: bool = False
+    results_page: str = ""  # as in ReproductionConfig
+    tables_only: bool = False  # write the table, plot and page section again from results.json, running nothing
 
     def __post_init__(self) -> None:
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):

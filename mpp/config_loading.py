@@ -19,6 +19,7 @@ from typing import Any, Literal, Optional
 
 import yaml
 
+from mpp.config_help import keys_help
 from mpp.errors import ConfigError
 
 
@@ -83,17 +84,23 @@ def save_config(config: Any, path: Path) -> None:
 
 
 def parse_command_line(cls: type, argv: Optional[typing.Sequence[str]], default_preset: Path, description: str) -> Any:
-    """The recipes' command line: ``[--config FILE] [--resume] [key=value ...]``."""
-    parser = argparse.ArgumentParser(
-        description=description,
-        epilog="keys: " + ", ".join(config_keys(cls)),
-    )
+    """The recipes' command line: ``[--config FILE] [--resume] [--print-config] [key=value ...]``. ``--help`` lists
+    every key by section with its type, default and meaning; ``--print-config`` prints the resolved config as YAML
+    and exits, building nothing."""
+    parser = argparse.ArgumentParser(description=description, epilog=keys_help(cls),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", type=Path, default=default_preset, help=f"YAML preset (default: {default_preset})")
     parser.add_argument("--resume", action="store_true", help="continue the run in output_dir (same as resume=auto)")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the config the preset and overrides make, as YAML, and exit")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.steps=100")
     args = parser.parse_intermixed_args(argv)  # flags before, between or after the overrides
     overrides = list(args.overrides) + (["resume=auto"] if args.resume else [])
-    return build_config(cls, args.config, overrides)
+    config = build_config(cls, args.config, overrides)
+    if args.print_config:
+        print(yaml.safe_dump(config_to_dict(config), sort_keys=False), end="")
+        raise SystemExit(0)
+    return config
 
 
 def _fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:

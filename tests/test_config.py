@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mpp.config import (
     FewShotRunConfig,
@@ -11,6 +13,8 @@ from mpp.config import (
     KnnRunConfig,
     LinearProbeRunConfig,
     MPPRunConfig,
+    PretrainingCurveConfig,
+    ReproductionConfig,
     SupervisedRunConfig,
 )
 from mpp.config_loading import build_config, config_keys, config_to_dict, parse_command_line
@@ -167,3 +171,47 @@ def test_trackers_add_to_tensorboard_and_a_missing_package_is_named(monkeypatch)
     monkeypatch.setattr(accelerate.utils, "is_wandb_available", lambda: False)
     with pytest.raises(ConfigError, match="log_with names wandb, whose package is not installed: pip install wandb"):
         trackers(build_config(MPPRunConfig, overrides=["train.log_with=[mlflow,wandb]"]).train)
+
+
+@pytest.mark.parametrize("cls", [MPPRunConfig, SupervisedRunConfig, FinetuneRunConfig, FewShotRunConfig,
+                                 LinearProbeRunConfig, KnnRunConfig, InspectionRunConfig, ReproductionConfig,
+                                 PretrainingCurveConfig], ids=lambda cls: cls.__name__)
+def test_help_gives_every_key_its_section_type_default_and_meaning(cls, capsys):
+    tiny = Path(__file__).parents[1] / "recipes" / "configs" / "mpp_tiny_cpu.yaml"
+    with pytest.raises(SystemExit) as ended:
+        parse_command_line(cls, ["--help"], tiny, description="")
+    assert ended.value.code == 0
+    text = capsys.readouterr().out
+    assert "docs/presets.md" in text and "--print-config" in text
+    lines = text.splitlines()
+    for key in config_keys(cls):
+        (at,) = [i for i, line in enumerate(lines) if line.split()[:1] == [key]]
+        described = lines[at].split(maxsplit=1)[1]
+        assert " = " in described, key  # its type and default
+        meaning = lines[at + 1]
+        assert meaning.startswith(" " * 37) and meaning.strip(), f"{key} has no meaning in its field's comment"
+        section = key.rpartition(".")[0] or "run"
+        assert f"{section}:" in lines[:at], key  # under its section's heading
+
+
+def test_help_shows_types_and_defaults_as_a_command_line_writes_them(capsys):
+    with pytest.raises(SystemExit):
+        parse_command_line(MPPRunConfig, ["--help"], Path("unused.yaml"), description="")
+    text = capsys.readouterr().out
+    assert re.search(r"^  train.steps +int or null = 1000000$", text, re.M)
+    assert re.search(r"^  train.decay +one of cosine\|linear = 'cosine'$", text, re.M)
+    assert re.search(r"^  train.betas +list of float = \[0.9,0.999\]$", text, re.M)
+    assert re.search(r"^ {37}optimizer steps; null where train.epochs gives the length$", text, re.M)
+
+
+def test_print_config_prints_the_resolved_config_and_builds_nothing(capsys, tmp_path):
+    tiny = Path(__file__).parents[1] / "recipes" / "configs" / "mpp_tiny_cpu.yaml"
+    with pytest.raises(SystemExit) as ended:
+        parse_command_line(MPPRunConfig, ["--print-config", f"output_dir={tmp_path / 'run'}", "train.steps=5"], tiny,
+                           description="")
+    assert ended.value.code == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed == config_to_dict(build_config(MPPRunConfig, tiny, [f"output_dir={tmp_path / 'run'}",
+                                                                       "train.steps=5"]))
+    assert printed["train"]["steps"] == 5 and printed["model"]["embed_dim"] == 64  # the preset's, then the override
+    assert not (tmp_path / "run").exists()
