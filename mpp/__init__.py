@@ -6,4 +6,6 @@ one way, each layer using only those before it (tests/test_architecture.py holds
     config  ->  run  ->  data, models  ->  training, evaluation  ->  command_line, reproduction  ->  benchmark
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import version
+
+__version__ = version("mpp")  # pyproject.toml's project.version, the one place the version is written

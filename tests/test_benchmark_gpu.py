@@ -62,6 +62,7 @@ def test_the_dry_run_goes_through_every_stage_and_writes_json_and_markdown(tmp_p
     assert {"supervised", "mpp"} <= set(results["step"]["eager"]["rows"])
     pretrain = results["pretrain"]
     assert 0 < pretrain["stopped_at_step"] < pretrain["resumed_to_step"] and pretrain["export_max_difference"] < 1e-4
+    assert pretrain["resumed_images_per_second"] > 0 and 0 <= pretrain["resumed_data_wait_share"] < 1
     loader = results["loader"]
     assert loader["rows"] and loader["step_images_per_second"] == results["step"]["eager"]["rows"]["mpp"][
         "images_per_second"] and "loader_cores_per_gpu" in loader

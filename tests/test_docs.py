@@ -283,3 +283,11 @@ def front_page_results_table() -> str:
 def test_the_front_pages_results_are_those_the_experiments_wrote():
     assert front_page_results_table() in (ROOT / "README.md").read_text(), (
         "README.md's results table differs from results/*/results.json; it should read:\n" + front_page_results_table())
+
+
+def test_the_package_reports_the_version_pyproject_gives():
+    import tomllib
+
+    import mpp
+
+    assert mpp.__version__ == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]

@@ -259,7 +259,9 @@ def pretrain_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
     metrics_file = run_dir / "metrics.json"
     if outcome.returncode != 0 or not metrics_file.is_file():
         return failed(f"--resume did not finish the run (exit {outcome.returncode})", **figures)
-    figures |= {"resumed_to_step": json.loads(metrics_file.read_text())["step"], **export_loads(run_dir / "export")}
+    resumed = json.loads(metrics_file.read_text())
+    figures |= {"resumed_to_step": resumed["step"], "resumed_images_per_second": resumed["images_per_second"],
+                "resumed_data_wait_share": resumed.get("data_wait_share"), **export_loads(run_dir / "export")}
     return {"status": "passed" if figures["export_max_difference"] < 1e-3 else "failed", **figures}
 
 

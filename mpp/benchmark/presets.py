@@ -126,7 +126,7 @@ def preset_row(preset: Path, max_tokens: int, estimate_batch: int, repeats: int,
     encoder, parameters, image = encoder_description(run)
     steps, step_time, peak = "-", "-", "-"
     if recipe != "eval":
-        length = f"{run.train.steps:,}" if run.train.steps else f"{run.train.epochs:g} epochs"
+        length = f"{run.train.steps:,}" if run.train.steps else f"{run.train.epochs:,g} epochs"
         steps = f"{length} x {run.train.global_batch_size:,}"
     if recipe != "eval" and timed:
         step_time, peak = time_step(preset, recipe, run, max_tokens, estimate_batch, repeats)
