@@ -14,6 +14,7 @@ PACKAGE = Path(__file__).parents[1] / "mpp"
 # later layer, never another unit of its own layer.
 LAYERS = (
     ("mpp.errors",),  # the errors every layer raises
+    ("mpp.config_help",),  # what --help says of each config key, read from the dataclasses' source
     ("mpp.config", "mpp.config_loading", "mpp.keyed_random", "mpp.metrics", "mpp.private_apis"),  # typed configs;
     # their loading from YAML and overrides; per-image random draws; accuracy per class; the libraries' private APIs
     ("mpp.run",),  # what every run has: its accelerator, its directory, its start and end
