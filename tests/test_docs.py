@@ -296,3 +296,17 @@ def test_the_package_reports_the_version_pyproject_gives():
     import mpp
 
     assert mpp.__version__ == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+COMMIT = re.compile(r"(?<![\w#./-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}(?![\w/-])")  # 7+ hex digits
+USER_PAGES = [page for page in PAGES if page.parent.name == "docs" and page.name != "measured.md"
+              or page.name == "README.md"]
+
+
+def test_no_user_page_names_a_commit():
+    """What was measured at which commit is history, kept in docs/measured.md (and CHANGELOG.md); a user page reads
+    it as a fact about their own copy."""
+    named = [f"{page.relative_to(ROOT)}:{number}: {found}" for page in USER_PAGES
+             for number, line in enumerate(page.read_text().splitlines(), 1) for found in COMMIT.findall(line)]
+    assert not named, "commits named on user pages (move them to docs/measured.md):\n" + "\n".join(named)
+    assert COMMIT.findall("measured at 9b91d4d (see 0.982, 1e-4, #1f77b4, vit_b16)") == ["9b91d4d"]
