@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mpp.config import MPPRunConfig, PretrainingCurveConfig
+from mpp.config import FewShotRunConfig, MPPRunConfig, PretrainingCurveConfig
 from mpp.config_loading import build_config
 from mpp.data.loading import build_dataset
 from mpp.errors import ConfigError
@@ -26,6 +26,7 @@ from mpp.evaluation.statistics import describe_difference, paired_difference
 from mpp.reproduction import (
     Run,
     check_section,
+    class_balance,
     claim_experiment,
     copy_to_publish_dir,
     elapsed_seconds,
@@ -36,7 +37,7 @@ from mpp.reproduction import (
     recipe_command,
 )
 from mpp.models.encoder import create_encoder
-from mpp.run.directory import read_metrics
+from mpp.run.directory import read_metrics, write_whole
 from mpp.training.checkpoint import checkpoint_path
 
 logger = logging.getLogger(__name__)
@@ -108,11 +109,13 @@ def collect_results(cfg: PretrainingCurveConfig) -> dict[str, Any]:
     for epochs in lengths(cfg):
         per_seed = [scores(f"epoch{epochs}", seed) for seed in cfg.seeds]
         curve[str(epochs)] = {measure: [run[measure] for run in per_seed] for measure in per_seed[0]}
-    pixels = scores(PIXELS, cfg.seeds[0])
-    classes = len(read_metrics(output_dir / f"probe/{PIXELS}-seed{cfg.seeds[0]}")["linear_probe"]
-                  ["test_per_class_accuracy"])
-    return {"seeds": list(cfg.seeds), "features": cfg.features, "curve": curve, "pixels": pixels,
-            "classes": classes}
+    return {"seeds": list(cfg.seeds), "features": cfg.features, "curve": curve, "pixels": scores(PIXELS, cfg.seeds[0]),
+            **scored_class_balance(cfg)}
+
+
+def scored_class_balance(cfg: PretrainingCurveConfig) -> dict[str, Any]:
+    """Chance and the largest class's share of the test split the frozen protocols score."""
+    return class_balance(FewShotRunConfig, cfg.eval_preset, (*cfg.data, *cfg.encoder))
 
 
 MEASURES = {"linear_probe": "linear probe, all labels", "linear_probe_balanced": "its balanced accuracy"}
@@ -147,9 +150,24 @@ def curve_table(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_curve(results: dict[str, Any], path: Path) -> Path:
-    """Accuracy against pre-training length (each seed a dot, the mean a line), the raw pixels' as dashed lines and
-    chance dotted; the accuracy axis starts at 0."""
+def plotted_measures(results: dict[str, Any]) -> dict[str, str]:
+    """The measures the plot draws, with their legend labels: balanced accuracy and plain accuracy as one line where
+    they are the same to 0.05 points everywhere (balanced classes), the pixels' included, so no line hides another."""
+    curve = results["curve"]
+    measures = {measure: measure_label(measure) for measure in next(iter(curve.values()))}
+    if {"linear_probe", "linear_probe_balanced"} <= set(measures):
+        pairs = [(figures["linear_probe"], figures["linear_probe_balanced"]) for figures in curve.values()]
+        pairs.append(([results["pixels"]["linear_probe"]], [results["pixels"]["linear_probe_balanced"]]))
+        if all(abs(a - b) < 5e-4 for plain, balanced in pairs for a, b in zip(plain, balanced)):
+            del measures["linear_probe_balanced"]
+            measures["linear_probe"] = "linear probe, all labels (= its balanced accuracy)"
+    return measures
+
+
+def curve_figure(results: dict[str, Any]) -> Any:
+    """Accuracy against pre-training length (each seed a dot, the mean a line), the raw pixels' as dashed lines;
+    chance dotted, and where the test split's classes are unbalanced also always answering the largest class, the
+    floor of every plain accuracy (balanced accuracy's is chance); the accuracy axis starts at 0."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -158,21 +176,34 @@ def plot_curve(results: dict[str, Any], path: Path) -> Path:
     curve = results["curve"]
     lengths_read = list(curve)
     figure, axes = plt.subplots(figsize=(7, 4.4), layout="constrained")
-    for index, measure in enumerate(next(iter(curve.values()))):
+    for index, (measure, label) in enumerate(plotted_measures(results).items()):
         colour = f"C{index}"
         means = [100 * sum(curve[epochs][measure]) / len(curve[epochs][measure]) for epochs in lengths_read]
-        axes.plot(range(len(lengths_read)), means, marker="o", color=colour, label=measure_label(measure))
+        axes.plot(range(len(lengths_read)), means, marker="o", color=colour, label=label)
         for position, epochs in enumerate(lengths_read):
             axes.plot([position] * len(curve[epochs][measure]), [100 * value for value in curve[epochs][measure]],
                       ".", color=colour, markersize=4)
         axes.axhline(100 * results["pixels"][measure], color=colour, linestyle="--", linewidth=0.8)
-    axes.axhline(100 / results["classes"], color="k", linestyle=":", linewidth=0.8, label="chance")
+    chance, largest = 100 / results["classes"], 100 * results["majority_class_accuracy"]
+    if largest > chance + 0.5:  # unbalanced: the plain accuracies read against the largest class
+        axes.axhline(largest, color="0.4", linestyle="-.", linewidth=0.8,
+                     label=f"always the largest class ({largest:.1f}%, plain accuracy's floor)")
+        axes.axhline(chance, color="k", linestyle=":", linewidth=0.8, label="chance (balanced accuracy's floor)")
+    else:
+        axes.axhline(chance, color="k", linestyle=":", linewidth=0.8, label="chance")
     axes.plot([], [], "k--", linewidth=0.8, label="raw pixels (each measure's colour)")
     axes.set_xticks(range(len(lengths_read)), lengths_read)
     axes.set_xlabel("MPP pre-training, epochs (0: the encoder at initialisation)")
     axes.set_ylabel("test accuracy (%)")
     axes.set_ylim(0, 100)
-    figure.legend(fontsize="small", loc="outside lower center", ncols=3)  # beside the lines, never over them
+    figure.legend(fontsize="small", loc="outside lower center", ncols=2)  # beside the lines, never over them
+    return figure
+
+
+def plot_curve(results: dict[str, Any], path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    figure = curve_figure(results)
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return path
@@ -193,6 +224,10 @@ def pretraining_curve(cfg: PretrainingCurveConfig, repository: Path) -> dict[str
         check_section(Path(cfg.results_page), Path(cfg.output_dir).name)
     if cfg.tables_only:
         folder, results = published_results(cfg)
+        if "majority_class_accuracy" not in results:  # written before it was recorded: added from the data
+            results |= scored_class_balance(cfg)
+            write_whole(folder / "results.json",
+                        lambda partial: partial.write_text(json.dumps(results, indent=2) + "\n"))
         return publish(cfg, results, folder)
     start = time.perf_counter()
     output_dir = claim_experiment(cfg)

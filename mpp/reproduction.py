@@ -76,18 +76,18 @@ class Run:
         return (*((self.after,) if self.after else ()), *self.also_after)
 
 
-def test_labels(cfg: ReproductionConfig) -> torch.Tensor:
-    """The (n) labels of the test split every row is scored on (fine-tuning's data)."""
-    run = build_config(FinetuneRunConfig, cfg.finetune_preset, (*cfg.data, *cfg.encoder, *cfg.finetune))
+def class_balance(config_class: type, preset: str, overrides: tuple[str, ...]) -> dict[str, Any]:
+    """What a classifier must beat on the test split of a stage's data (its ``preset`` with ``overrides``): always
+    answering its largest class (plain accuracy's floor), and chance (balanced accuracy's)."""
+    run = build_config(config_class, preset, overrides)
     image_size = create_encoder(run.model).patch_embed.img_size[0]
-    return build_dataset(run.data, "test", image_size, run.model.in_chans, augment=False).labels
+    labels = build_dataset(run.data, "test", image_size, run.model.in_chans, augment=False).labels
+    return {"majority_class_accuracy": majority_class_accuracy(labels), "classes": int(labels.max()) + 1}
 
 
-def class_balance(cfg: ReproductionConfig) -> dict[str, Any]:
-    """What a classifier must beat on the test split: always answering its largest class, and chance."""
-    labels = test_labels(cfg)
-    classes = int(labels.max()) + 1
-    return {"majority_class_accuracy": majority_class_accuracy(labels), "classes": classes}
+def finetuning_class_balance(cfg: ReproductionConfig) -> dict[str, Any]:
+    """``class_balance`` of the test split every row is scored on (fine-tuning's data)."""
+    return class_balance(FinetuneRunConfig, cfg.finetune_preset, (*cfg.data, *cfg.encoder, *cfg.finetune))
 
 
 def labelled_images_per_class(cfg: ReproductionConfig) -> int:
@@ -382,7 +382,7 @@ def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
     return {"seeds": list(cfg.seeds), "rows": rows, "pixels": baselines,
             "supervised_test_accuracy": supervised_accuracy or None,
             "labelled_per_class": labelled, "claims": config_to_dict(cfg)["claims"],
-            **class_balance(cfg)}
+            **finetuning_class_balance(cfg)}
 
 
 def percent(values: list[float]) -> str:
@@ -676,7 +676,7 @@ def rewrite_tables(cfg: ReproductionConfig) -> dict[str, Any]:
     folder, results = published_results(cfg)
     recorded = dict(results)
     if "classes" not in results:  # written before the class balance was recorded: added from the data
-        results |= class_balance(cfg)
+        results |= finetuning_class_balance(cfg)
     if "runs" not in results:  # written before the run count was recorded: the count its results.md printed
         results["runs"] = int(re.search(r"^(\d+) runs, ", (folder / "results.md").read_text(), flags=re.M)[1])
     if results != recorded:

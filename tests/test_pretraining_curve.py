@@ -103,3 +103,33 @@ def test_the_whole_curve_runs_writes_its_table_and_plot_and_a_rerun_redoes_nothi
     assert (tmp_path / "curve" / "pretraining_curve.png").read_bytes().startswith(b"\x89PNG")
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "16 runs, 16 already finished" in again.stderr
+
+
+def synthetic_curve(balanced_like_plain: bool, largest_class: float) -> dict:
+    """Curve results of two lengths and two seeds: the linear probe's balanced accuracy equal to its accuracy (balanced
+    classes) or not, the test split's largest class this share."""
+    def figures(plain: list[float]) -> dict:
+        balanced = plain if balanced_like_plain else [value - 0.1 for value in plain]
+        return {"linear_probe": plain, "linear_probe_balanced": balanced, "5-shot": [value - 0.05 for value in plain]}
+
+    return {"curve": {"0": figures([0.30, 0.32]), "1": figures([0.40, 0.41])}, "classes": 10,
+            "pixels": {measure: values[0] for measure, values in figures([0.5]).items()},
+            "majority_class_accuracy": largest_class}
+
+
+def test_the_curve_plot_draws_every_line_its_legend_names_and_each_accuracys_floor():
+    from mpp.pretraining_curve import curve_figure
+
+    figure = curve_figure(synthetic_curve(balanced_like_plain=True, largest_class=0.1))
+    labels = [text.get_text() for text in figure.legends[0].get_texts()]
+    assert labels == ["linear probe, all labels (= its balanced accuracy)", "5-shot", "chance",
+                      "raw pixels (each measure's colour)"]  # equal lines merged: none hidden under another
+    drawn = [tuple(line.get_ydata()) for line in figure.axes[0].get_lines() if len(line.get_ydata())]
+    assert len(drawn) == len(set(drawn))
+
+    figure = curve_figure(synthetic_curve(balanced_like_plain=False, largest_class=0.376))
+    labels = [text.get_text() for text in figure.legends[0].get_texts()]
+    assert labels[:2] == ["linear probe, all labels", "its balanced accuracy"]
+    assert "always the largest class (37.6%, plain accuracy's floor)" in labels  # unbalanced: plain accuracy's floor
+    assert "chance (balanced accuracy's floor)" in labels
+    assert 37.6 in [round(line.get_ydata()[0], 1) for line in figure.axes[0].get_lines() if len(line.get_ydata())]
