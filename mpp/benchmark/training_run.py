@@ -100,7 +100,7 @@ def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     data = {steps: prepared_images(work, steps * batch, size) for steps in args.epoch_steps}
     runs: dict[int, list[dict[str, Any]]] = {steps: [] for steps in args.epoch_steps}
-    for repeat in range(args.repeats):
+    for _ in range(args.repeats):
         for steps, prepared in data.items():
             runs[steps].append(recipe_run(args.config, prepared, work / f"run-{steps}", args, batch))
     step = measure_interleaved(["mpp"], (str(args.config), batch, args.precision, 3, args.compile), batch, 10,

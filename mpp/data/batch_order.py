@@ -32,7 +32,7 @@ class EndlessEpochBatches(Sampler[list[EpochPosition]]):
         self.shuffled = SeedableRandomSampler(range(size), data_seed=seed)
         batches = BatchSampler(self.shuffled, batch_size, drop_last=True)
         self.batches = (BatchSamplerShard(batches, num_processes, process_index) if num_processes > 1 else batches)
-        self.batch_size, self.start = batch_size, start
+        self.start = start
         if not self.batches_per_epoch:
             raise ValueError(f"{size} images make no whole batch of {batch_size} on each of {num_processes} processes")
 
