@@ -24,6 +24,7 @@ from mpp.data.loading import build_dataset
 from mpp.errors import ConfigError
 from mpp.evaluation.statistics import describe_difference, paired_difference
 from mpp.reproduction import (
+    Comparison,
     Run,
     check_section,
     class_balance,
@@ -31,6 +32,7 @@ from mpp.reproduction import (
     copy_to_publish_dir,
     elapsed_seconds,
     execute,
+    holm_summary,
     percent,
     publish_table,
     published_results,
@@ -142,12 +144,26 @@ def curve_table(results: dict[str, Any]) -> str:
                      + " |")
     lines.append("| raw pixels, no encoder | " + " | ".join(f"{100 * pixels[measure]:.1f}" for measure in measures)
                  + " |")
-    lines += ["", f"| Gain over initialisation, points {header}", "|---|" + "---|" * len(measures)]
-    for epochs, figures in list(curve.items())[1:]:
-        cells = [describe_difference(paired_difference(figures[measure], curve["0"][measure], scale=100),
-                                     claimed=True) for measure in measures]
-        lines.append(f"| {length_label(epochs)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    comparisons = []
+    longest = list(curve)[-1]
+    # The gain of each length over initialisation, then whether the longest still adds to each shorter length.
+    for title, pairs in (("Gain over initialisation, points", [(epochs, "0") for epochs in list(curve)[1:]]),
+                         (f"Gain of {length_label(longest)} over a shorter pre-training, points",
+                          [(longest, epochs) for epochs in list(curve)[1:-1]])):
+        if not pairs:
+            continue
+        lines += ["", f"| {title} {header}", "|---|" + "---|" * len(measures)]
+        for longer, shorter in pairs:
+            row = [Comparison(f"{length_label(longer)} over {'initialisation' if shorter == '0' else length_label(shorter)}", measure_label(measure), "",
+                              paired_difference(curve[longer][measure], curve[shorter][measure], scale=100))
+                   for measure in measures]
+            label = length_label(longer) if shorter == "0" else f"against {length_label(shorter)}"
+            lines.append(f"| {label} | " + " | ".join(describe_difference(cell.difference, claimed=True)
+                                                      for cell in row) + " |")
+            comparisons += row
+    # A measure that equals another everywhere (balanced accuracy on balanced classes) is one comparison, not two.
+    counted = [cell for cell in comparisons if cell.column in map(measure_label, plotted_measures(results))]
+    return "\n".join(lines + [""] + holm_summary(counted)[:-1]) + "\n"
 
 
 def plotted_measures(results: dict[str, Any]) -> dict[str, str]:

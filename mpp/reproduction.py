@@ -40,7 +40,7 @@ from mpp.config import FinetuneRunConfig, ReproductionConfig, ReproductionRow
 from mpp.config_loading import build_config, config_to_dict
 from mpp.data.loading import build_dataset
 from mpp.errors import ConfigError, RunError
-from mpp.evaluation.statistics import describe_difference, paired_difference
+from mpp.evaluation.statistics import PairedDifference, describe_difference, holm_adjusted, paired_difference
 from mpp.metrics import majority_class_accuracy
 from mpp.models.encoder import create_encoder
 from mpp.run.directory import read_metrics, write_whole
@@ -321,6 +321,11 @@ def few_shot_over_seeds(directories: list[Path], measure: str = "mean") -> dict[
     return {shots: [run[shots] for run in runs] for shots in runs[0]}
 
 
+def by_readout(*runs_per_readout: list[Path], measure: str) -> dict[str, dict[str, list[float]]]:
+    """{readout: {shots: [each seed's ``measure``]}} of few-shot runs, one list of runs per readout."""
+    return {read_metrics(runs[0])["features"]: few_shot_over_seeds(runs, measure) for runs in runs_per_readout}
+
+
 def frozen_fits(output_dir: Path, row: ReproductionRow, seeds: list[int]) -> dict[str, Any]:
     """{script: {readout: {accuracy, balanced_accuracy: [one per seed]}}}: logistic regression and kNN on ``row``'s
     frozen encoder, fitted to the labelled images."""
@@ -342,6 +347,7 @@ def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
     for row in cfg.rows:
         finetune = [read_metrics(output_dir / f"finetune/{row.name}-seed{seed}") for seed in cfg.seeds]
         few_shot = [output_dir / f"few_shot/{row.name}-seed{seed}" for seed in cfg.seeds]
+        other_few_shot = [output_dir / f"few_shot/{row.name}-{other_readout(row)}-seed{seed}" for seed in cfg.seeds]
         curves, monitor_shots = {}, None
         for seed in cfg.seeds if row.pretraining else ():
             pretraining = output_dir / f"pretrain/{row.name}-seed{seed}"
@@ -357,10 +363,8 @@ def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
                           "finetune_steps": [run["step"] for run in finetune],
                           "few_shot_accuracy": few_shot_over_seeds(few_shot),
                           "few_shot_balanced_accuracy": few_shot_over_seeds(few_shot, "balanced_mean"),
-                          "few_shot_by_readout": {
-                              read_metrics(runs[0])["features"]: few_shot_over_seeds(runs) for runs in
-                              (few_shot, [output_dir / f"few_shot/{row.name}-{other_readout(row)}-seed{seed}"
-                                          for seed in cfg.seeds])},
+                          "few_shot_by_readout": by_readout(few_shot, other_few_shot, measure="mean"),
+                          "few_shot_balanced_by_readout": by_readout(few_shot, other_few_shot, measure="balanced_mean"),
                           "frozen_labelled": frozen_fits(output_dir, row, cfg.seeds),
                           "few_shot_during_pretraining": curves, "few_shot_during_pretraining_shots": monitor_shots}
     pixel_runs = [output_dir / f"few_shot/{PIXELS_ROW}-seed{seed}" for seed in cfg.seeds]
@@ -407,12 +411,6 @@ def headline(results: dict[str, Any]) -> str:
     """The fine-tuned figure the claims and the chance check read: balanced accuracy where the results hold it."""
     row = next(iter(results["rows"].values()))
     return "finetune_balanced_accuracy" if "finetune_balanced_accuracy" in row else "finetune_accuracy"
-
-
-def claim_cell(better: list[float], worse: list[float]) -> str:
-    """The paired difference better - worse over the seeds, in points, with its 95% interval: the claim is shown
-    where the interval lies above 0, its opposite where it lies below."""
-    return describe_difference(paired_difference(better, worse, scale=100), claimed=True)
 
 
 READOUTS = {"token": "[class] token", "avg": "mean patch token"}  # eval.features: what a frozen encoder is read by
@@ -476,17 +474,163 @@ def frozen_table(results: dict[str, Any]) -> list[str]:
     return markdown_table(header, body)
 
 
-def claims_table(results: dict[str, Any]) -> list[str]:
-    """Each claim as the paired difference of its two rows, fine-tuned and few-shot, in the headline measure."""
-    rows, shots, finetuned = results["rows"], few_shot_shots(results), headline(results)
-    balanced = finetuned == "finetune_balanced_accuracy"
-    few_shot = "few_shot_balanced_accuracy" if balanced else "few_shot_accuracy"
-    header = [f"The paper's claim ({'balanced accuracy' if balanced else 'accuracy'})", "Fine-tuned",
-              *(f"{k}-shot" for k in shots)]
-    body = [[claim["claim"], claim_cell(rows[claim["better"]][finetuned], rows[claim["worse"]][finetuned]),
-             *(claim_cell(rows[claim["better"]][few_shot][k], rows[claim["worse"]][few_shot][k]) for k in shots)]
-            for claim in results["claims"]]
-    return markdown_table(header, body, left_columns=len(header))
+Readings = dict[str, dict[str, list[float]]]  # {column: {measure: one value per seed}}
+BALANCED, PLAIN = "balanced accuracy", "accuracy"
+
+
+def measures_read(results: dict[str, Any]) -> list[str]:
+    """The measures a comparison reads, in order of preference: balanced accuracy first where the results record it
+    (always answering one class cannot lift it above chance)."""
+    return [BALANCED, PLAIN] if headline(results) == "finetune_balanced_accuracy" else [PLAIN]
+
+
+def both_measures(plain: Optional[list[float]], balanced: Optional[list[float]]) -> dict[str, list[float]]:
+    return {measure: values for measure, values in ((PLAIN, plain), (BALANCED, balanced)) if values is not None}
+
+
+def few_shot_readings(results: dict[str, Any], row: dict[str, Any]) -> Readings:
+    """``row``'s few-shot figures per column: one per number of shots and readout where the results hold both
+    readouts, so that two rows compare like with like. Balanced accuracy where recorded: for every readout, or (in
+    results written before that) for the readout ``eval.features=auto`` chose, MPP's mean patch token and any other
+    encoder's [class] token."""
+    shots = few_shot_shots(results)
+    if "few_shot_by_readout" not in row:
+        return {f"{k}-shot": both_measures(row["few_shot_accuracy"][k], row.get("few_shot_balanced_accuracy", {}).get(k))
+                for k in shots}
+    auto = "avg" if row["pretraining"] == "mpp" else "token"
+    balanced = row.get("few_shot_balanced_by_readout") or (
+        {auto: row["few_shot_balanced_accuracy"]} if "few_shot_balanced_accuracy" in row else {})
+    return {f"{k}-shot, {READOUTS[readout]}": both_measures(row["few_shot_by_readout"][readout][k],
+                                                           balanced.get(readout, {}).get(k))
+            for k in shots for readout in READOUTS}
+
+
+def frozen_readings(row: dict[str, Any]) -> Readings:
+    """``row``'s frozen fits to the labelled images, per fit and readout."""
+    return {f"{FROZEN_FITS[script]}, {READOUTS[readout]}":
+            both_measures(row["frozen_labelled"][script][readout]["accuracy"],
+                          row["frozen_labelled"][script][readout]["balanced_accuracy"])
+            for script in BASELINES for readout in READOUTS}
+
+
+def finetuned_readings(row: dict[str, Any]) -> Readings:
+    return {"Fine-tuned": both_measures(row["finetune_accuracy"], row.get("finetune_balanced_accuracy"))}
+
+
+def pixel_readings(results: dict[str, Any], columns: list[str]) -> Readings:
+    """The raw pixels' figures under each of ``columns`` (fine-tuned: logistic regression on the same labelled
+    images; the pixels have no readout, so the same figures under both), only where they vary with the seed as the
+    rows' do (a fit to all the labels is made once)."""
+    pixels, seeds = results["pixels"], len(results["seeds"])
+
+    def fit(script: str) -> dict[str, list[float]]:
+        return both_measures(pixels.get(f"{script}_labelled"), pixels.get(f"{script}_labelled_balanced"))
+
+    readings: Readings = {}
+    for column in columns:
+        script = next((name for name, label in FROZEN_FITS.items() if column.startswith(label)), None)
+        shots = column.split("-shot")[0]
+        readings[column] = (fit("linear_probe") if column == "Fine-tuned" else fit(script) if script else
+                            both_measures(pixels["few_shot_accuracy"].get(shots),
+                                          pixels.get("few_shot_balanced_accuracy", {}).get(shots)))
+    return {column: {measure: values for measure, values in figures.items() if len(values) == seeds}
+            for column, figures in readings.items()}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One cell of the comparison tables: ``finding``, read in ``column`` by ``measure``, as the paired difference
+    over the seeds."""
+
+    finding: str
+    column: str
+    measure: str
+    difference: PairedDifference
+
+
+def compare(results: dict[str, Any], finding: str, better: Readings, worse: Readings) -> list[Comparison]:
+    """``better`` - ``worse`` in every column both read, by the first of measures_read both sides record."""
+    comparisons = []
+    for column, figures in better.items():
+        measure = next((m for m in measures_read(results) if m in figures and m in worse.get(column, {})), None)
+        if measure:
+            difference = paired_difference(figures[measure], worse[column][measure], scale=100)
+            comparisons.append(Comparison(finding, column, measure, difference))
+    return comparisons
+
+
+def claim_comparisons(results: dict[str, Any]) -> list[Comparison]:
+    """Each claim as the paired difference of its two rows, fine-tuned and few-shot through each readout (the same on
+    both sides)."""
+    rows = results["rows"]
+
+    def readings(row: dict[str, Any]) -> Readings:
+        return finetuned_readings(row) | few_shot_readings(results, row)
+
+    return [comparison for claim in results["claims"]
+            for comparison in compare(results, claim["claim"], readings(rows[claim["better"]]),
+                                      readings(rows[claim["worse"]]))]
+
+
+def encoder_comparisons(results: dict[str, Any]) -> list[Comparison]:
+    """The first MPP row's frozen encoder against the encoder at initialisation (the from-scratch row, read frozen)
+    and against the raw pixels, through every fit and readout, like with like; and its fine-tuned figure against
+    logistic regression on the pixels of the same labelled images. None where the grid lacks either row or the
+    results hold no frozen fits."""
+    rows = list(results["rows"].values())
+    mpp = next((row for row in rows if row["pretraining"] == "mpp"), None)
+    initial = next((row for row in rows if row["pretraining"] is None), None)
+    if mpp is None or initial is None or "frozen_labelled" not in mpp:
+        return []
+    ours = finetuned_readings(mpp) | frozen_readings(mpp) | few_shot_readings(results, mpp)
+    at_init = frozen_readings(initial)  # few-shot against initialisation is the first claim's: not read twice
+    return (compare(results, f"{mpp['label']} beats the encoder at initialisation", ours, at_init)
+            + compare(results, f"{mpp['label']} beats the raw pixels", ours, pixel_readings(results, list(ours))))
+
+
+def comparison_table(title: str, comparisons: list[Comparison], preferred: str) -> list[str]:
+    """``comparisons`` as a table: a row per finding, a column per reading ("—" where a finding is not read); a cell
+    read by another measure than ``preferred`` says so."""
+    columns = list(dict.fromkeys(comparison.column for comparison in comparisons))
+    columns.sort(key=lambda column: column != "Fine-tuned")  # fine-tuned first, the rest as they came
+    cells = {(comparison.finding, comparison.column): measured_cell(comparison, preferred) for comparison in comparisons}
+    findings = list(dict.fromkeys(comparison.finding for comparison in comparisons))
+    body = [[finding, *(cells.get((finding, column), "—") for column in columns)] for finding in findings]
+    return markdown_table([title, *columns], body, left_columns=len(columns) + 1)
+
+
+def measured_cell(comparison: Comparison, preferred: str) -> str:
+    """describe_difference's cell, naming the measure where it is not ``preferred``."""
+    cell = describe_difference(comparison.difference, claimed=True)
+    if comparison.measure == preferred:
+        return cell
+    return f"{cell[:-1]}; {comparison.measure})" if cell.endswith(")") else f"{cell} ({comparison.measure})"
+
+
+def holm_summary(comparisons: list[Comparison]) -> list[str]:
+    """How many comparisons the tables read, and which of those shown stay shown after a Holm correction across
+    all of them (5% family-wise)."""
+    tested = [comparison for comparison in comparisons if comparison.difference.p_value is not None]
+    adjusted = holm_adjusted([comparison.difference.p_value for comparison in tested])
+    shown = sum(comparison.difference.shown for comparison in tested)
+    kept = [f"{comparison.finding} ({comparison.column}: {'the opposite, ' if comparison.difference.mean < 0 else ''}"
+            f"Holm p {p:.2g})" for comparison, p in zip(tested, adjusted)
+            if comparison.difference.shown and p is not None and p < 0.05]
+    said = (f"These tables read {len(tested)} comparisons, {shown} shown each on its own; after a Holm correction "
+            f"across all {len(tested)} (5% family-wise), ")
+    stay = f"{len(kept)} {'stays' if len(kept) == 1 else 'stay'} shown: {'; '.join(kept)}."
+    return [said + (stay if kept else "none stays shown."), ""]
+
+
+def claims_tables(results: dict[str, Any]) -> list[str]:
+    """The claims, the first MPP encoder against initialisation and the pixels, and the Holm line over both."""
+    preferred = measures_read(results)[0]
+    fallback = f"; where a side lacks it, {PLAIN}, marked" if preferred == BALANCED else ""
+    claims, encoder = claim_comparisons(results), encoder_comparisons(results)
+    lines = comparison_table(f"The paper's claim ({preferred}{fallback})", claims, preferred)
+    if encoder:
+        lines += comparison_table(f"Against what it should beat ({preferred}{fallback})", encoder, preferred)
+    return lines + holm_summary(claims + encoder)
 
 
 def reference_table(results: dict[str, Any]) -> list[str]:
@@ -529,7 +673,7 @@ def results_table(results: dict[str, Any]) -> str:
     lines += accuracy_table(results, balanced=True) if "finetune_balanced_accuracy" in recorded else []
     lines += readout_table(results) if "few_shot_by_readout" in recorded else []
     lines += frozen_table(results) if "frozen_labelled" in recorded else []
-    return "\n".join(lines + claims_table(results) + reference_table(results)) + "\n"
+    return "\n".join(lines + claims_tables(results) + reference_table(results)) + "\n"
 
 
 COLOURS = {None: "C7", "mpp": "C0", "supervised": "C1"}  # bars by kind of pre-training

@@ -79,6 +79,22 @@ def test_the_table_reads_every_length_and_the_gain_over_initialisation_with_its_
     # Gains 0, +1, -1: not shown.
     assert "| 4 epochs | +6.0 [+3.5, +8.5], shown (p 0.0091) | +0.0 [-2.5, +2.5], not shown (p 1; more than 1000 " \
            "seeds would not settle it) |" in table
+    assert "Gain of 4 epochs over a shorter" not in table  # one length: no shorter one to grow from
+    assert table.endswith("These tables read 2 comparisons, 1 shown each on its own; after a Holm correction across "
+                          "all 2 (5% family-wise), 1 stays shown: 4 epochs over initialisation (linear probe, all "
+                          "labels: Holm p 0.018).\n")  # 2 x 0.0091
+
+
+def test_the_longest_pre_training_is_read_against_each_shorter_one_and_holm_counts_every_gain():
+    results = {"seeds": [0, 1, 2], "features": "avg", "classes": 10,
+               "curve": {"0": {"linear_probe": [0.70, 0.71, 0.72]}, "1": {"linear_probe": [0.72, 0.74, 0.76]},
+                         "2": {"linear_probe": [0.75, 0.78, 0.79]}},
+               "pixels": {"linear_probe": 0.8}}
+    table = curve_table(results)
+    assert "| Gain of 2 epochs over a shorter pre-training, points | linear probe, all labels |" in table
+    # 2 epochs against 1: +3, +4, +3: mean 3.33, sd 0.577, 3.33 ± 4.303 x 0.333 = [+1.9, +4.8].
+    assert "| against 1 epoch | +3.3 [+1.9, +4.8], shown (p 0.0" in table
+    assert "These tables read 3 comparisons, 3 shown each on its own;" in table  # 1 and 2 over initialisation, 2 over 1
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ import pytest
 
 from mpp.evaluation.statistics import (
     describe_difference,
+    holm_adjusted,
     paired_difference,
     regularised_incomplete_beta,
     seeds_to_settle,
@@ -70,3 +71,11 @@ def test_one_seed_or_no_spread_has_no_interval_to_read():
     assert seeds_to_settle(0.0, 1.0) is None and seeds_to_settle(0.001, 10.0) is None  # more than 1000 seeds
     with pytest.raises(ValueError, match="as many values"):
         paired_difference([0.5, 0.6], [0.5])
+
+
+def test_holm_adjusts_each_p_value_by_its_rank_and_keeps_the_order_monotone():
+    # Worked by hand: sorted 0.01, 0.02, 0.03, 0.04 of m = 4 give 0.04, 0.06, 0.06 (kept from the one before: 0.06 >
+    # 2 x 0.03 = 0.06), 0.06 (kept: 0.06 > 1 x 0.04); the list comes back in its own order, None left out of m.
+    assert holm_adjusted([0.03, None, 0.01, 0.04, 0.02]) == pytest.approx([0.06, None, 0.04, 0.06, 0.06])
+    assert holm_adjusted([0.5, 0.9]) == [1.0, 1.0]  # capped at 1
+    assert holm_adjusted([0.001]) == [0.001]  # a family of one is not adjusted

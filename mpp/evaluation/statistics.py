@@ -124,3 +124,16 @@ def describe_difference(difference: PairedDifference, claimed: bool = False) -> 
     settle = (f"{difference.seeds_to_settle} seeds would settle it" if difference.seeds_to_settle
               else f"more than {MOST_SEEDS} seeds would not settle it")
     return f"{said}, not shown ({'; '.join(part for part in (p, settle) if part)})"
+
+
+def holm_adjusted(p_values: Sequence[Optional[float]]) -> list[Optional[float]]:
+    """Holm's step-down adjustment of a family of two-sided p-values, in their order: the i-th smallest of m becomes
+    the largest of (m - j + 1) p_(j) over j <= i, at most 1. A finding stays shown at level 5% across the family
+    where its adjusted p-value is below 0.05. Comparisons without a p-value (None) are left out of m and stay None."""
+    ordered = sorted((p, index) for index, p in enumerate(p_values) if p is not None)
+    adjusted: list[Optional[float]] = [None] * len(p_values)
+    running = 0.0
+    for rank, (p, index) in enumerate(ordered):
+        running = max(running, min(1.0, (len(ordered) - rank) * p))
+        adjusted[index] = running
+    return adjusted
