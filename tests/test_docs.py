@@ -281,7 +281,7 @@ def front_page_results_table() -> str:
 
 def test_the_front_pages_sentence_on_its_results_holds_for_their_intervals():
     """"fine-tuned MPP is not shown ahead of a ViT trained from scratch as long in any of the four (on shapes it is
-    behind: <interval>), nor of logistic regression on the raw pixels of the real images": each recomputed from
+    behind, <interval>), nor of logistic regression on the raw pixels of the real images": each recomputed from
     results.json in balanced accuracy, the table's figure."""
     from mpp.evaluation.statistics import paired_difference
 
@@ -293,8 +293,8 @@ def test_the_front_pages_sentence_on_its_results_holds_for_their_intervals():
         assert not (against_scratch.shown and against_scratch.mean > 0), column
         if column == "Shapes":  # the one shown the other way, quoted with its interval
             assert against_scratch.shown and against_scratch.mean < 0
-            assert (f"{against_scratch.mean:.1f} points, 95% interval [{against_scratch.low:+.1f}, "
-                    f"{against_scratch.high:+.1f}]") in " ".join(readme.split())
+            assert (f"{against_scratch.mean:+.1f} [{against_scratch.low:+.1f}, {against_scratch.high:+.1f}], the "
+                    "opposite shown") in " ".join(readme.split())
         else:
             pixels = result["pixels"]["linear_probe_labelled_balanced"]
             against_pixels = paired_difference(mpp, pixels, scale=100)
