@@ -18,8 +18,8 @@ from pathlib import Path
 sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
 
 from mpp.command_line import run_recipe
-from mpp.config import ReproductionConfig
-from mpp.reproduction import reproduce
+from mpp.experiments.config import ReproductionConfig
+from mpp.experiments.reproduction import reproduce
 from mpp.run.session import configure_logging
 
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "reproduce_fashion_mnist_cpu.yaml"

@@ -20,8 +20,7 @@ LAYERS = (
     ("mpp.run",),  # what every run has: its accelerator, its directory, its start and end
     ("mpp.data", "mpp.models"),  # images in; the ViT and its objectives
     ("mpp.training", "mpp.evaluation"),  # the training loop; frozen-encoder protocols and pictures
-    ("mpp.command_line", "mpp.reproduction"),  # what entry points share; the experiment over the recipes
-    ("mpp.pretraining_curve",),  # an experiment of its own on the reproduction's runner
+    ("mpp.command_line", "mpp.experiments"),  # what entry points share; experiments over the recipes
     ("mpp.benchmark",),  # tools beside the library: nothing imports them
 )
 

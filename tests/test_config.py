@@ -13,11 +13,10 @@ from mpp.config import (
     KnnRunConfig,
     LinearProbeRunConfig,
     MPPRunConfig,
-    PretrainingCurveConfig,
-    ReproductionConfig,
     SupervisedRunConfig,
 )
 from mpp.config_loading import build_config, config_keys, config_to_dict, parse_command_line
+from mpp.experiments.config import PretrainingCurveConfig, ReproductionConfig
 from mpp.errors import ConfigError
 
 PRESETS = sorted(path for path in (Path(__file__).parents[1] / "recipes" / "configs").glob("*.yaml")

@@ -31,7 +31,7 @@ import pytest
 
 from mpp.config_loading import config_keys, parse_command_line
 from mpp.errors import ConfigError
-from mpp.reproduction import percent
+from mpp.experiments.publishing import percent
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]

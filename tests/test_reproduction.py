@@ -16,23 +16,17 @@ import pytest
 import yaml
 
 from mpp.config import (
-    PAPER_CLAIMS,
-    PAPER_ROWS,
     FewShotRunConfig,
     FinetuneRunConfig,
     KnnRunConfig,
     LinearProbeRunConfig,
     MPPRunConfig,
-    ReproductionConfig,
     SupervisedRunConfig,
 )
 from mpp.config_loading import build_config
 from mpp.errors import ConfigError
-from mpp.reproduction import (
-    Run,
-    RunFailed,
-    claim_experiment,
-    execute,
+from mpp.experiments.config import PAPER_CLAIMS, PAPER_ROWS, ReproductionConfig
+from mpp.experiments.reproduction import (
     finetune_plot_figures,
     monitor_plot_figures,
     plan_runs,
@@ -40,6 +34,7 @@ from mpp.reproduction import (
     results_table,
     rows_at_chance,
 )
+from mpp.experiments.runner import Run, RunFailed, claim_experiment, execute
 from tests.launching import ROOT
 
 CONFIGS = ROOT / "recipes" / "configs"
@@ -200,7 +195,7 @@ def test_sigterm_starts_no_more_runs_and_passes_the_signal_on_to_the_runs_under_
     slow = ("import pathlib, signal, sys, time; out = pathlib.Path(sys.argv[1]); "
             "signal.signal(signal.SIGTERM, lambda *_: (out.with_name('stopped').write_text('yes'), sys.exit(143))); "
             "out.write_text('started'); time.sleep(60)")
-    experiment = (f"import sys; from pathlib import Path; from mpp.reproduction import Run, execute; "
+    experiment = (f"import sys; from pathlib import Path; from mpp.experiments.runner import Run, execute; "
                   f"root = Path({str(tmp_path)!r}); "
                   f"runs = [Run('a', 'pretrain', (sys.executable, '-c', {slow!r}, str(root / 'a')), None), "
                   f"Run('b', 'pretrain', (sys.executable, '-c', 'pass'), None), "
@@ -395,23 +390,19 @@ def test_a_row_that_stays_at_chance_is_named_as_a_broken_baseline():
 def test_tables_only_rewrites_the_published_tables_plots_and_page_from_results_json(tmp_path):
     published, page = tmp_path / "published", tmp_path / "results.md"
     published.mkdir()
-    (published / "results.json").write_text(json.dumps(example_results()))
-    (published / "results.md").write_text("an old table\n\n57 runs, 2 at a time, in 10 min of wall time.\n")
+    (published / "results.json").write_text(json.dumps(example_results() | {"runs": 57}))
+    (published / "results.md").write_text("an old table\n")
     page.write_text("# Title\n<!-- results: experiment -->\nold\n<!-- /results: experiment -->\n")
     cfg = tiny_config(tmp_path, seeds=[0, 1], publish_dir=str(published), results_page=str(page), tables_only=True)
     results = reproduce(cfg, ROOT)
     table = (published / "results.md").read_text()
     assert table == results["table"] and "| +19.0 [+6.3, +31.7], shown (p 0.033) |" in table
-    # The runs that ran, not those today's plan would run: results written before the count was recorded take it
-    # from the table they printed, and keep it.
+    # The runs that ran, as results.json records them, not those today's plan would run.
     assert len(plan_runs(cfg, ROOT)) != 57
     assert table.endswith("\n57 runs, 2 at a time, in 10 min of wall time.\n")
-    assert json.loads((published / "results.json").read_text())["runs"] == 57
     assert f"<!-- results: experiment -->\n{table}<!-- /results: experiment -->" in page.read_text()
     assert (published / "finetune_accuracy.png").read_bytes().startswith(b"\x89PNG")
     assert not (tmp_path / "experiment").exists()  # nothing ran
-    (published / "results.json").write_text(json.dumps(example_results() | {"runs": 33}))
-    assert reproduce(cfg, ROOT)["table"].endswith("\n33 runs, 2 at a time, in 10 min of wall time.\n")
     with pytest.raises(ConfigError, match="run the experiment first"):
         reproduce(tiny_config(tmp_path, tables_only=True), ROOT)
 

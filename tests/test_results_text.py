@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from mpp.config import PretrainingCurveConfig, ReproductionConfig
+from mpp.experiments.config import PretrainingCurveConfig, ReproductionConfig
 from mpp.config_loading import build_config
 from mpp.evaluation.statistics import describe_difference, paired_difference
-from mpp.pretraining_curve import pretraining_curve
-from mpp.reproduction import reproduce
+from mpp.experiments.pretraining_curve import pretraining_curve
+from mpp.experiments.reproduction import reproduce
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "results.md"

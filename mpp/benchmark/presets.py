@@ -31,17 +31,11 @@ import torch
 import yaml
 
 from mpp.benchmark.training_step import measure_interleaved
-from mpp.config import (
-    FewShotRunConfig,
-    FinetuneRunConfig,
-    MPPRunConfig,
-    PretrainingCurveConfig,
-    ReproductionConfig,
-    SupervisedRunConfig,
-)
+from mpp.config import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig, SupervisedRunConfig
 from mpp.config_loading import build_config
+from mpp.experiments.config import PretrainingCurveConfig, ReproductionConfig
+from mpp.experiments.reproduction import headline
 from mpp.models.encoder import count_parameters, create_encoder
-from mpp.reproduction import headline
 from mpp.run.directory import write_whole
 
 RECIPES = {"mpp": MPPRunConfig, "supervised": SupervisedRunConfig, "finetune": FinetuneRunConfig,

@@ -17,72 +17,38 @@ An experiment that stopped is continued by running the same command again: finis
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import re
-import shutil
 import statistics
-import signal
-import subprocess
-import sys
-import threading
-import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-import torch
 import yaml
 
-from mpp.config import FinetuneRunConfig, ReproductionConfig, ReproductionRow
+from mpp.config import FinetuneRunConfig
 from mpp.config_loading import build_config, config_to_dict
-from mpp.data.loading import build_dataset
-from mpp.errors import ConfigError, RunError
-from mpp.evaluation.statistics import PairedDifference, describe_difference, holm_adjusted, paired_difference
-from mpp.metrics import majority_class_accuracy
-from mpp.models.encoder import create_encoder
-from mpp.run.directory import read_metrics, write_whole
+from mpp.errors import RunError
+from mpp.evaluation.statistics import paired_difference
+from mpp.experiments.class_balance import class_balance
+from mpp.experiments.config import ReproductionConfig, ReproductionRow
+from mpp.experiments.publishing import (
+    Comparison,
+    comparison_table,
+    copy_to_publish_dir,
+    holm_summary,
+    markdown_table,
+    mean_std,
+    percent,
+    publish_table,
+)
+from mpp.experiments.runner import EVALUATIONS, Run, recipe_command, run_experiment
+from mpp.run.directory import read_metrics
 
 logger = logging.getLogger(__name__)
-SCRIPTS = {"mpp": "recipes/mpp.py", "supervised": "recipes/supervised.py", "finetune": "recipes/finetune.py",
-           "few_shot": "eval/few_shot.py", "linear_probe": "eval/linear_probe.py",
-           "knn": "eval/knn.py"}  # relative to the repository, which the caller names
-EVALUATIONS = ("few_shot", "linear_probe", "knn")  # scripts of eval/: no checkpoints, the eval preset
-PLAN_FILE = "reproduce.yaml"
-ELAPSED_FILE = "elapsed.json"  # wall time of every invocation so far
 
 
 PIXELS_ROW = "pixels"  # few-shot regression on the normalised pixels themselves: no encoder at all
+
 BASELINES = {"linear_probe": "logistic regression on raw pixels", "knn": "kNN on raw pixels (cosine)"}
-
-
-@dataclass(frozen=True)
-class Run:
-    """One recipe run of the grid."""
-
-    name: str  # <stage>/<row>-seed<seed>, also its directory under output_dir
-    stage: str  # "pretrain", "finetune" or "few_shot"
-    command: tuple[str, ...]
-    after: Optional[str]  # the run whose output it starts from
-    also_after: tuple[str, ...] = ()  # runs whose results it reads besides (tune_once: the learning rate chosen)
-
-    def directory(self, output_dir: Path) -> Path:
-        return output_dir / self.name
-
-    @property
-    def waits_for(self) -> tuple[str, ...]:
-        return (*((self.after,) if self.after else ()), *self.also_after)
-
-
-def class_balance(config_class: type, preset: str, overrides: tuple[str, ...]) -> dict[str, Any]:
-    """What a classifier must beat on the test split of a stage's data (its ``preset`` with ``overrides``): always
-    answering its largest class (plain accuracy's floor), and chance (balanced accuracy's)."""
-    run = build_config(config_class, preset, overrides)
-    image_size = create_encoder(run.model).patch_embed.img_size[0]
-    labels = build_dataset(run.data, "test", image_size, run.model.in_chans, augment=False).labels
-    return {"majority_class_accuracy": majority_class_accuracy(labels), "classes": int(labels.max()) + 1}
 
 
 def finetuning_class_balance(cfg: ReproductionConfig) -> dict[str, Any]:
@@ -161,139 +127,6 @@ def other_readout(row: ReproductionRow) -> str:
     """The readout ``eval.features=auto`` leaves out for ``row``'s encoder: auto reads MPP's by the mean patch token
     (MPP trains no [class] token output) and any other by its [class] token."""
     return "token" if row.pretraining == "mpp" else "avg"
-
-
-def recipe_command(cfg: Any, repository: Path, script: str, preset: str, overrides: tuple[str, ...], seed: int,
-                   run_dir: Path) -> tuple[str, ...]:
-    """The command line of one run of an experiment ``cfg`` (its ``launcher`` and ``parallel_runs``): ``script``
-    of ``repository`` with its preset and overrides; on a CPU, each run gets its share of the cores."""
-    launcher = list(cfg.launcher) or [sys.executable]
-    threads = max(1, len(os.sched_getaffinity(0)) // cfg.parallel_runs) if not torch.cuda.is_available() else 0
-    cpu = [f"{'eval' if script in EVALUATIONS else 'train'}.cpu_threads={threads}"] if threads else []
-    # A training run continues from its checkpoints; an evaluation has none and starts again.
-    again = "overwrite=true" if script in EVALUATIONS else "resume=auto"
-    return (*launcher, str(repository / SCRIPTS[script]), "--config", preset, *overrides, *cpu, f"seed={seed}",
-            f"output_dir={run_dir}", again)
-
-
-class RunFailed(RunError):
-    """A run of the grid exited with an error."""
-
-
-# Settings an experiment may change when continued: which seeds (each seed's runs are independent of the others', so
-# an experiment at 3 seeds grows to 5 by running again with 5), how many runs at once, and where results are published.
-FREE_TO_CHANGE = ("seeds", "parallel_runs", "publish_dir", "results_page", "tables_only", "chance_margin")
-
-
-def fixed_settings(settings: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
-    """An experiment's settings less those it may change when continued; a setting added to the package since the
-    experiment started reads as its default."""
-    return {key: value for key, value in {**defaults, **settings}.items() if key not in FREE_TO_CHANGE}
-
-
-def claim_experiment(cfg: ReproductionConfig) -> Path:
-    """``output_dir`` for this experiment: new, or holding one with the same settings (to continue it)."""
-    output_dir = Path(cfg.output_dir)
-    plan = output_dir / PLAN_FILE
-    settings, defaults = config_to_dict(cfg), config_to_dict(type(cfg)())
-    if plan.is_file() and (fixed_settings(yaml.safe_load(plan.read_text()), defaults)
-                           != fixed_settings(settings, defaults)):
-        raise ConfigError(f"output_dir {output_dir} holds an experiment with other settings ({plan}); choose another "
-                          f"output_dir, or delete that one to start again (only {', '.join(FREE_TO_CHANGE)} may "
-                          "change)")
-    if not plan.is_file() and output_dir.is_dir() and any(output_dir.iterdir()):
-        raise ConfigError(f"output_dir {output_dir} is not empty and holds no {PLAN_FILE}; choose another output_dir")
-    (output_dir / "console").mkdir(parents=True, exist_ok=True)
-    plan.write_text(yaml.safe_dump(settings, sort_keys=False))
-    return output_dir
-
-
-def execute(runs: list[Run], output_dir: Path, parallel_runs: int) -> None:
-    """Run every run not yet finished, ``parallel_runs`` at a time, each once the run it starts from has finished.
-    Each run's console output goes to ``console/<stage>-<row>-seed<seed>.txt``. A failed run stops only the runs
-    that start from it; ``RunFailed`` names it once every other run has ended. SIGTERM or SIGINT (a scheduler, Ctrl-C)
-    starts no more runs and passes SIGTERM on to those under way, which save a checkpoint and stop;
-    ``ExperimentStopped`` follows once they have ended."""
-    finished = {run.name for run in runs if read_metrics(run.directory(output_dir)) is not None}
-    waiting = [run for run in runs if run.name not in finished]
-    logger.info("%d runs, %d already finished", len(runs), len(finished))
-    failed: list[str] = []
-    with ThreadPoolExecutor(parallel_runs) as pool, StopRequests() as stop:
-        under_way: dict[Future, Run] = {}
-        while waiting or under_way:
-            ready = [run for run in waiting if set(run.waits_for) <= finished] if not stop.signum else []
-            for run in ready[: parallel_runs - len(under_way)]:
-                waiting.remove(run)
-                under_way[pool.submit(run_one, run, output_dir, stop)] = run
-            if not under_way:
-                break  # only runs after a failed one are left, or a stop was asked for: they cannot start
-            done, _ = wait(under_way, timeout=1.0, return_when=FIRST_COMPLETED)  # the timeout: to see a stop
-            for future in done:
-                run = under_way.pop(future)
-                if future.result() == 0:
-                    finished.add(run.name)
-                else:
-                    failed.append(f"{run.name} (exit {future.result()}; see {console_path(run, output_dir)})")
-    if stop.signum:
-        raise ExperimentStopped(f"stopped by {signal.Signals(stop.signum).name}: {len(waiting)} runs not started, "
-                                "those under way asked to save a checkpoint and stop. Running the same command again "
-                                "continues the experiment from where it stopped")
-    if failed:
-        raise RunFailed("runs failed: " + "; ".join(failed) + ". Running the same command again continues the "
-                        "experiment from where it stopped")
-
-
-class ExperimentStopped(RunError):
-    """A signal stopped the experiment before every run had finished."""
-
-
-class StopRequests:
-    """While open: SIGTERM and SIGINT are recorded (``signum``) and passed on as SIGTERM to the runs under way (their
-    recipes then save a checkpoint and exit), instead of ending this process and orphaning them. In the main thread
-    only, where Python delivers signals."""
-
-    def __init__(self) -> None:
-        self.live: dict[str, subprocess.Popen] = {}  # the processes of the runs under way, by name
-        self.signum, self.previous = 0, {}
-
-    def __enter__(self) -> StopRequests:
-        if threading.current_thread() is threading.main_thread():
-            self.previous = {signum: signal.signal(signum, self.stop) for signum in (signal.SIGTERM, signal.SIGINT)}
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
-
-    def stop(self, signum: int, frame: Any) -> None:
-        self.signum = signum
-        for process in list(self.live.values()):
-            process.send_signal(signal.SIGTERM)
-
-    def started(self, name: str, process: subprocess.Popen) -> None:
-        self.live[name] = process
-        if self.signum:  # asked to stop while this run was being started
-            process.send_signal(signal.SIGTERM)
-
-
-def console_path(run: Run, output_dir: Path) -> Path:
-    return output_dir / "console" / f"{run.name.replace('/', '-')}.txt"
-
-
-def run_one(run: Run, output_dir: Path, stop: StopRequests) -> int:
-    """``run`` to its end; a stop asked for meanwhile reaches its process."""
-    logger.info("start %s: %s", run.name, " ".join(run.command))
-    with console_path(run, output_dir).open("a") as console:
-        process = subprocess.Popen(run.command, stdout=console, stderr=subprocess.STDOUT)
-        stop.started(run.name, process)
-        code = process.wait()
-        del stop.live[run.name]
-    logger.info("%s %s", "done" if code == 0 else f"FAILED (exit {code})", run.name)
-    return code
-
-
-def mean_std(values: list[float]) -> tuple[float, float]:
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def few_shot_curve(directory: Path, shots: int) -> list[tuple[int, float]]:
@@ -389,11 +222,6 @@ def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
             **finetuning_class_balance(cfg)}
 
 
-def percent(values: list[float]) -> str:
-    mean, std = mean_std([100 * value for value in values])
-    return f"{mean:.1f} ± {std:.1f}"
-
-
 class BrokenBaseline(RunError):
     """A row of the grid stayed at chance: a baseline that does not train is a bug, not a result."""
 
@@ -419,13 +247,6 @@ READOUTS = {"token": "[class] token", "avg": "mean patch token"}  # eval.feature
 def learning_rates(rates: list[float]) -> str:
     """Each chosen learning rate and how many seeds chose it: "0.1 x4, 0.3 x1"."""
     return ", ".join(f"{rate:g} x{rates.count(rate)}" for rate in sorted(set(rates)))
-
-
-def markdown_table(header: list[str], body: list[list[str]], left_columns: int = 1) -> list[str]:
-    """A Markdown table's lines and a blank line after it; the columns after the first ``left_columns`` align right
-    (figures)."""
-    rule = "|" + "|".join("---" if column < left_columns else "---:" for column in range(len(header))) + "|"
-    return ["| " + " | ".join(header) + " |", rule, *("| " + " | ".join(cells) + " |" for cells in body), ""]
 
 
 def accuracy_table(results: dict[str, Any], balanced: bool) -> list[str]:
@@ -537,17 +358,6 @@ def pixel_readings(results: dict[str, Any], columns: list[str]) -> Readings:
             for column, figures in readings.items()}
 
 
-@dataclass(frozen=True)
-class Comparison:
-    """One cell of the comparison tables: ``finding``, read in ``column`` by ``measure``, as the paired difference
-    over the seeds."""
-
-    finding: str
-    column: str
-    measure: str
-    difference: PairedDifference
-
-
 def compare(results: dict[str, Any], finding: str, better: Readings, worse: Readings) -> list[Comparison]:
     """``better`` - ``worse`` in every column both read, by the first of measures_read both sides record."""
     comparisons = []
@@ -586,40 +396,6 @@ def encoder_comparisons(results: dict[str, Any]) -> list[Comparison]:
     at_init = frozen_readings(initial)  # few-shot against initialisation is the first claim's: not read twice
     return (compare(results, f"{mpp['label']} beats the encoder at initialisation", ours, at_init)
             + compare(results, f"{mpp['label']} beats the raw pixels", ours, pixel_readings(results, list(ours))))
-
-
-def comparison_table(title: str, comparisons: list[Comparison], preferred: str) -> list[str]:
-    """``comparisons`` as a table: a row per finding, a column per reading ("—" where a finding is not read); a cell
-    read by another measure than ``preferred`` says so."""
-    columns = list(dict.fromkeys(comparison.column for comparison in comparisons))
-    columns.sort(key=lambda column: column != "Fine-tuned")  # fine-tuned first, the rest as they came
-    cells = {(comparison.finding, comparison.column): measured_cell(comparison, preferred) for comparison in comparisons}
-    findings = list(dict.fromkeys(comparison.finding for comparison in comparisons))
-    body = [[finding, *(cells.get((finding, column), "—") for column in columns)] for finding in findings]
-    return markdown_table([title, *columns], body, left_columns=len(columns) + 1)
-
-
-def measured_cell(comparison: Comparison, preferred: str) -> str:
-    """describe_difference's cell, naming the measure where it is not ``preferred``."""
-    cell = describe_difference(comparison.difference, claimed=True)
-    if comparison.measure == preferred:
-        return cell
-    return f"{cell[:-1]}; {comparison.measure})" if cell.endswith(")") else f"{cell} ({comparison.measure})"
-
-
-def holm_summary(comparisons: list[Comparison]) -> list[str]:
-    """How many comparisons the tables read, and which of those shown stay shown after a Holm correction across
-    all of them (5% family-wise)."""
-    tested = [comparison for comparison in comparisons if comparison.difference.p_value is not None]
-    adjusted = holm_adjusted([comparison.difference.p_value for comparison in tested])
-    shown = sum(comparison.difference.shown for comparison in tested)
-    kept = [f"{comparison.finding} ({comparison.column}: {'the opposite, ' if comparison.difference.mean < 0 else ''}"
-            f"Holm p {p:.2g})" for comparison, p in zip(tested, adjusted)
-            if comparison.difference.shown and p is not None and p < 0.05]
-    said = (f"These tables read {len(tested)} comparisons, {shown} shown each on its own; after a Holm correction "
-            f"across all {len(tested)} (5% family-wise), ")
-    stay = f"{len(kept)} {'stays' if len(kept) == 1 else 'stay'} shown: {'; '.join(kept)}."
-    return [said + (stay if kept else "none stays shown."), ""]
 
 
 def claims_tables(results: dict[str, Any]) -> list[str]:
@@ -756,24 +532,6 @@ def finetune_plot_figures(results: dict[str, Any]) -> tuple[str, list[list[float
     return ("balanced accuracy" if balanced else "accuracy"), values, references
 
 
-def elapsed_seconds(output_dir: Path, add: float = 0.0) -> float:
-    """The experiment's wall time over every invocation so far, ``add`` seconds (this one's) included and kept."""
-    path = output_dir / ELAPSED_FILE
-    total = (json.loads(path.read_text())["seconds"] if path.is_file() else 0.0) + add
-    path.write_text(json.dumps({"seconds": total}) + "\n")
-    return total
-
-
-def write_results(cfg: ReproductionConfig, wall_seconds: float, runs: int) -> dict[str, Any]:
-    """results.json (every seed's figures and how many ``runs`` ran), then ``publish``: the tables and plots."""
-    output_dir = Path(cfg.output_dir)
-    results = collect_results(cfg)
-    results["wall_seconds"] = wall_seconds
-    results["runs"] = runs  # what ran: a later tables_only may plan another grid
-    (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    return publish(cfg, results, output_dir)
-
-
 def publish(cfg: ReproductionConfig, results: dict[str, Any], folder: Path) -> dict[str, Any]:
     """results.md (the tables and the wall time) and the plots, in ``folder`` beside its results.json; copied to
     ``publish_dir`` and into ``results_page``'s section, where set. Returns ``results`` with the table and the plots'
@@ -784,92 +542,11 @@ def publish(cfg: ReproductionConfig, results: dict[str, Any], folder: Path) -> d
     return {**results, "table": table, "plots": [str(path) for path in plots]}
 
 
-def publish_table(cfg: Any, folder: Path, table: str, runs: int, wall_seconds: float) -> str:
-    """An experiment's ``table`` with its wall time: written to ``folder``/results.md and into ``results_page``'s
-    section, where set; returned."""
-    table += f"\n{runs} runs, {cfg.parallel_runs} at a time, in {wall_seconds / 60:.0f} min of wall time.\n"
-    (folder / "results.md").write_text(table)
-    if cfg.results_page:
-        replace_section(Path(cfg.results_page), Path(cfg.output_dir).name, table)
-    return table
-
-
-def copy_to_publish_dir(cfg: Any, folder: Path, plots: list[Path]) -> None:
-    """results.md, results.json and the plots of ``folder`` copied to ``publish_dir``, where set (and another)."""
-    if cfg.publish_dir and Path(cfg.publish_dir).resolve() != folder.resolve():
-        published = Path(cfg.publish_dir)
-        published.mkdir(parents=True, exist_ok=True)
-        for path in [folder / "results.md", folder / "results.json", *plots]:
-            shutil.copyfile(path, published / path.name)
-
-
-def published_results(cfg: Any) -> tuple[Path, dict[str, Any]]:
-    """The folder of an experiment's published results.json (``publish_dir``, else ``output_dir``) and its
-    contents, for ``tables_only``."""
-    folder = Path(cfg.publish_dir or cfg.output_dir)
-    path = folder / "results.json"
-    if not path.is_file():
-        raise ConfigError(f"tables_only=true rewrites the tables from {path}, which does not exist; run the "
-                          "experiment first (without tables_only)")
-    return folder, json.loads(path.read_text())
-
-
-def rewrite_tables(cfg: ReproductionConfig) -> dict[str, Any]:
-    """The tables, plots and page section written again from the published results.json, running nothing: for a
-    change of how results are shown."""
-    folder, results = published_results(cfg)
-    recorded = dict(results)
-    if "classes" not in results:  # written before the class balance was recorded: added from the data
-        results |= finetuning_class_balance(cfg)
-    if "runs" not in results:  # written before the run count was recorded: the count its results.md printed
-        results["runs"] = int(re.search(r"^(\d+) runs, ", (folder / "results.md").read_text(), flags=re.M)[1])
-    if results != recorded:
-        write_whole(folder / "results.json",
-                    lambda partial: partial.write_text(json.dumps(results, indent=2) + "\n"))
-    return publish(cfg, results, folder)
-
-
-def section_markers(name: str) -> tuple[str, str]:
-    return f"<!-- results: {name} -->", f"<!-- /results: {name} -->"
-
-
-def check_section(page: Path, name: str) -> None:
-    """A ConfigError unless ``page`` holds the section ``name`` once (checked before the experiment starts)."""
-    start, end = section_markers(name)
-    text = page.read_text() if page.is_file() else ""
-    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
-        raise ConfigError(f"results_page={page} needs one section to write the results into: a line {start}, then "
-                          f"a line {end}; add them, or leave results_page empty")
-
-
-def replace_section(page: Path, name: str, content: str) -> None:
-    """``page`` with its section ``name`` holding ``content``, written whole or not at all."""
-    check_section(page, name)
-    start, end = section_markers(name)
-    text = page.read_text()
-    before, rest = text.split(start, 1)
-    after = rest.split(end, 1)[1]
-    write_whole(page, lambda partial: partial.write_text(f"{before}{start}\n{content}{end}{after}"))
-
-
 def reproduce(cfg: ReproductionConfig, repository: Path) -> dict[str, Any]:
     """The whole experiment: every run not yet finished (the recipes of ``repository``), then the tables and the
-    plots."""
-    if cfg.results_page:
-        check_section(Path(cfg.results_page), Path(cfg.output_dir).name)
-    if cfg.tables_only:
-        return rewrite_tables(cfg)
-    start = time.perf_counter()
-    output_dir = claim_experiment(cfg)
-    runs = plan_runs(cfg, repository)
-    try:
-        execute(runs, output_dir, cfg.parallel_runs)
-    finally:
-        wall_seconds = elapsed_seconds(output_dir, time.perf_counter() - start)
-    results = write_results(cfg, wall_seconds, len(runs))
-    logger.info("results in %s (%s), plots %s; the experiment took %.1f minutes of wall time\n%s",
-                output_dir / "results.md", output_dir / "results.json", ", ".join(results["plots"]),
-                wall_seconds / 60, results["table"])
+    plots; a row left at chance fails it once they are written."""
+    results = run_experiment(cfg, lambda: plan_runs(cfg, repository), lambda: collect_results(cfg),
+                             lambda results, folder: publish(cfg, results, folder))
     broken = rows_at_chance(results, cfg.chance_margin)
     if broken:
         raise BrokenBaseline(f"after fine-tuning, {'; '.join(broken)} stayed within {100 * cfg.chance_margin:g} points "

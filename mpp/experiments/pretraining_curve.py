@@ -6,40 +6,28 @@ fitted to every training label and by few-shot ridge regression, through ``featu
 patch tokens, which MPP trains). The raw pixels are read the same way once, as the reference. The gain over
 initialisation at each length is a paired difference over the seeds with its 95% interval.
 
-The runs are those of the reproduction (``mpp.reproduction``): subprocesses of the recipes, continued by running the
-same command again, with ``tables_only`` to rewrite the tables from results.json.
+The runs are subprocesses of the recipes (``mpp.experiments.runner``), continued by running the same command again,
+with ``tables_only`` to rewrite the tables from results.json.
 """
 
 from __future__ import annotations
 
-import json
+import functools
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
-from mpp.config import FewShotRunConfig, MPPRunConfig, PretrainingCurveConfig
+from mpp.config import FewShotRunConfig, MPPRunConfig
 from mpp.config_loading import build_config
 from mpp.data.loading import build_dataset
 from mpp.errors import ConfigError
 from mpp.evaluation.statistics import describe_difference, paired_difference
-from mpp.reproduction import (
-    Comparison,
-    Run,
-    check_section,
-    class_balance,
-    claim_experiment,
-    copy_to_publish_dir,
-    elapsed_seconds,
-    execute,
-    holm_summary,
-    percent,
-    publish_table,
-    published_results,
-    recipe_command,
-)
+from mpp.experiments.class_balance import class_balance
+from mpp.experiments.config import PretrainingCurveConfig
+from mpp.experiments.publishing import Comparison, copy_to_publish_dir, holm_summary, percent, publish_table
+from mpp.experiments.runner import Run, recipe_command, run_experiment
 from mpp.models.encoder import create_encoder
-from mpp.run.directory import read_metrics, write_whole
+from mpp.run.directory import read_metrics
 from mpp.training.checkpoint import checkpoint_path
 
 logger = logging.getLogger(__name__)
@@ -55,6 +43,8 @@ def steps_per_epoch(cfg: PretrainingCurveConfig) -> int:
     if images < run.train.global_batch_size:
         raise ConfigError(f"the pre-training data holds {images} images, fewer than one batch of "
                           f"{run.train.global_batch_size}")
+    logger.info("%d steps per epoch; checkpoints read at epochs %s", images // run.train.global_batch_size,
+                list(cfg.epochs))
     return images // run.train.global_batch_size
 
 
@@ -227,8 +217,7 @@ def plot_curve(results: dict[str, Any], path: Path) -> Path:
 
 def publish(cfg: PretrainingCurveConfig, results: dict[str, Any], folder: Path) -> dict[str, Any]:
     """results.md and the plot beside results.json in ``folder``, and into ``publish_dir`` and ``results_page``."""
-    table = publish_table(cfg, folder, curve_table(results), len(plan_runs(cfg, Path("."), 1)),
-                          results["wall_seconds"])
+    table = publish_table(cfg, folder, curve_table(results), results["runs"], results["wall_seconds"])
     plot = plot_curve(results, folder / "pretraining_curve.png")
     copy_to_publish_dir(cfg, folder, [plot])
     return {**results, "table": table, "plot": str(plot)}
@@ -236,26 +225,7 @@ def publish(cfg: PretrainingCurveConfig, results: dict[str, Any], folder: Path) 
 
 def pretraining_curve(cfg: PretrainingCurveConfig, repository: Path) -> dict[str, Any]:
     """Every run not yet finished (the recipes of ``repository``), then the table and the plot."""
-    if cfg.results_page:
-        check_section(Path(cfg.results_page), Path(cfg.output_dir).name)
-    if cfg.tables_only:
-        folder, results = published_results(cfg)
-        if "majority_class_accuracy" not in results:  # written before it was recorded: added from the data
-            results |= scored_class_balance(cfg)
-            write_whole(folder / "results.json",
-                        lambda partial: partial.write_text(json.dumps(results, indent=2) + "\n"))
-        return publish(cfg, results, folder)
-    start = time.perf_counter()
-    output_dir = claim_experiment(cfg)
-    epoch_steps = steps_per_epoch(cfg)
-    logger.info("%d steps per epoch; checkpoints read at epochs %s", epoch_steps, list(cfg.epochs))
-    try:
-        execute(plan_runs(cfg, repository, epoch_steps), output_dir, cfg.parallel_runs)
-    finally:
-        wall_seconds = elapsed_seconds(output_dir, time.perf_counter() - start)
-    results = collect_results(cfg) | {"wall_seconds": wall_seconds, "steps_per_epoch": epoch_steps}
-    (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    results = publish(cfg, results, output_dir)
-    logger.info("results in %s; %.1f minutes of wall time\n%s", output_dir / "results.md", wall_seconds / 60,
-                results["table"])
-    return results
+    epoch_steps = functools.cache(lambda: steps_per_epoch(cfg))  # builds the dataset: only when runs are planned
+    return run_experiment(cfg, lambda: plan_runs(cfg, repository, epoch_steps()),
+                          lambda: collect_results(cfg) | {"steps_per_epoch": epoch_steps()},
+                          lambda results, folder: publish(cfg, results, folder))
