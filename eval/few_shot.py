@@ -16,7 +16,7 @@ from typing import Any
 
 from mpp.command_line import run_recipe
 from mpp.config import FewShotRunConfig
-from mpp.evaluation.few_shot import few_shot_evaluation
+from mpp.evaluation.few_shot_regression import few_shot_evaluation
 from mpp.evaluation.frozen_encoder import open_evaluation_run
 
 DEFAULT_PRESET = Path(__file__).parents[1] / "recipes" / "configs" / "eval_tiny_cpu.yaml"

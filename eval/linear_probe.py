@@ -16,7 +16,7 @@ from typing import Any
 from mpp.command_line import run_recipe
 from mpp.config import LinearProbeRunConfig
 from mpp.evaluation.frozen_encoder import open_evaluation_run
-from mpp.evaluation.linear_probe import linear_probe_evaluation
+from mpp.evaluation.logistic_regression import linear_probe_evaluation
 
 DEFAULT_PRESET = Path(__file__).parents[1] / "recipes" / "configs" / "eval_tiny_cpu.yaml"
 logger = logging.getLogger("mpp.eval.linear_probe")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import ClassVar, Literal, NamedTuple, Optional
 
 from accelerate.tracking import LOGGER_TYPE_TO_CLASS

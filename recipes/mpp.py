@@ -19,7 +19,7 @@ sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(
 from mpp.command_line import run_recipe
 from mpp.config import MPPRunConfig
 from mpp.data.loading import build_dataset, sample_images
-from mpp.evaluation.few_shot import FewShotAgainstInitialisation
+from mpp.evaluation.few_shot_regression import FewShotAgainstInitialisation
 from mpp.evaluation.monitors import fitted_to_classes, monitored_images, pre_training_monitors
 from mpp.models.encoder import count_parameters, create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor, most_frequent_class_accuracy

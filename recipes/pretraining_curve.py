@@ -16,7 +16,7 @@ sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(
 
 from mpp.command_line import run_recipe
 from mpp.experiments.config import PretrainingCurveConfig
-from mpp.experiments.pretraining_curve import pretraining_curve
+from mpp.experiments.curve import pretraining_curve
 from mpp.run.session import configure_logging
 
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "curve_fashion_mnist_cpu.yaml"

@@ -126,3 +126,36 @@ def test_nothing_imports_the_benchmarks():
     importers = {module for module, targets in import_graph().items() if any(unit_of(target) == "mpp.benchmark"
                                                                             for target in targets)}
     assert {module for module in importers if unit_of(module) != "mpp.benchmark"} == set()
+
+
+def checkout_paths(path: Path) -> list[str]:
+    """The string constants of ``path`` (docstrings left out) that run pytest, name the tests folder, or name the
+    recipes folder as a whole (a preset file named as a default, or a recipe script an experiment runs, is fine)."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr)
+                  and isinstance(node.value, ast.Constant)}
+    return [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docstrings and (node.value == "pytest" or node.value.rstrip("/") in (
+                "tests", "recipes", "recipes/configs") or node.value.startswith("tests/"))]
+
+
+def test_nothing_in_the_package_runs_the_tests_or_lists_the_recipes():
+    """What needs a checkout (the GPU acceptance run, the presets page, one experiment's analyses) lives in tools/,
+    outside the installed package."""
+    found = {name: paths for name, path in modules().items() if (paths := checkout_paths(path))}
+    assert not found, f"modules that need a checkout, for tools/: {found}"
+    assert checkout_paths(Path(__file__).parents[1] / "tools" / "gpu.py")  # the check sees what it looks for
+
+
+def test_no_two_modules_share_a_name_in_different_roles():
+    """The package, the entry points (recipes/, eval/) and tools/ name each module once: ``few_shot`` is the command,
+    ``few_shot_regression`` the protocol. ``config`` is the one name shared, by the package's configs and the
+    experiments' beside them: the same role."""
+    root = Path(__file__).parents[1]
+    names: dict[str, list[str]] = {}
+    for folder in ("mpp", "recipes", "eval", "tools"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if path.stem not in ("__init__", "__main__"):
+                names.setdefault(path.stem, []).append(str(path.relative_to(root)))
+    shared = {name: paths for name, paths in names.items() if len(paths) > 1 and name != "config"}
+    assert not shared, f"one name, two modules: {shared}"

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from mpp.benchmark import shapes_regions, step_profile
+from mpp.benchmark import step_profile
 from mpp.benchmark.training_step import (PEER_DOES_NOT_COMPILE, build_model, forward_flops, main, measure_interleaved,
                                          peer_available, rows_to_measure)
 from mpp.config import MPPRunConfig
@@ -26,6 +26,7 @@ from mpp.data.shapes import ShapesSource
 from mpp.models.corruption import select_patches
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
+from tools import shapes_regions
 
 TINY_MODEL = {"name": "vit_tiny_patch16_224", "img_size": 16, "patch_size": 4, "embed_dim": 32, "depth": 2,
               "num_heads": 2}
@@ -84,9 +85,9 @@ def test_an_operator_is_sorted_into_its_kind_of_work_by_its_name():
 
 @pytest.mark.slow
 def test_the_loader_benchmark_measures_every_path_on_imagenet_like_files(tmp_path):
-    from mpp.benchmark import loading
+    from mpp.benchmark import loader_speed
 
-    results = loading.main(["--only-imagenet", "--workers", "0", "--rounds", "1", "--seconds", "0.2",
+    results = loader_speed.main(["--only-imagenet", "--workers", "0", "--rounds", "1", "--seconds", "0.2",
                             "--imagenet-images", "8", "--json", str(tmp_path / "rows.json")])
     rows = json.loads((tmp_path / "rows.json").read_text())["rows"]
     assert rows == results["rows"]
@@ -95,7 +96,7 @@ def test_the_loader_benchmark_measures_every_path_on_imagenet_like_files(tmp_pat
         + (["gpu-decode"] if torch.cuda.is_available() else [])]
     assert all(row["images_per_second"] > 0 for row in rows)
     assert len(results["stage_milliseconds"]) == 7 and all(ms > 0 for ms in results["stage_milliseconds"].values())
-    only = loading.main(["--only-imagenet", "--workers", "0", "--rounds", "1", "--seconds", "0.2",
+    only = loader_speed.main(["--only-imagenet", "--workers", "0", "--rounds", "1", "--seconds", "0.2",
                          "--imagenet-images", "8", "--paths", "prepared", "gpu-decode"])
     assert [row["path"] for row in only["rows"]] == ["prepared"] + (["gpu-decode"] if torch.cuda.is_available() else [])
 
@@ -142,7 +143,7 @@ def test_a_row_whose_process_dies_before_it_is_ready_ends_the_benchmark_naming_i
 
 @pytest.mark.slow
 def test_an_experiments_row_gives_balanced_accuracy_where_its_results_record_it(tmp_path):
-    from mpp.benchmark.presets import experiment_row
+    from tools.presets import experiment_row
 
     preset = Path("recipes/configs/reproduce_openclipart_all_labels_cpu.yaml")
     assert experiment_row(preset, tmp_path).endswith("| not run | - |")
@@ -159,7 +160,7 @@ def test_an_experiments_row_gives_balanced_accuracy_where_its_results_record_it(
 
 
 def test_the_presets_table_times_a_preset_and_lists_every_one(tmp_path):
-    from mpp.benchmark import presets
+    from tools import presets
 
     page = tmp_path / "presets.md"
     presets.main(["--only", "mpp_tiny_cpu", "--out", str(page), "--repeats", "1"])

@@ -9,9 +9,9 @@ import torch
 
 from mpp.config import FewShotConfig, LinearProbeConfig
 from mpp.data.subsets import disjoint_per_class
-from mpp.evaluation.few_shot import few_shot_evaluation, ridge_scores
+from mpp.evaluation.few_shot_regression import few_shot_evaluation, ridge_scores
 from mpp.evaluation.frozen_feature_classifiers import accuracy, knn_predictions, ridge_predictions, ridge_regressions
-from mpp.evaluation.linear_probe import linear_probe_evaluation
+from mpp.evaluation.logistic_regression import linear_probe_evaluation
 
 
 def least_squares_reference(features: torch.Tensor, labels: torch.Tensor, num_classes: int, l2: float) -> np.ndarray:

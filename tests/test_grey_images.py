@@ -1,4 +1,4 @@
-"""What a colour target does on grey images (mpp/benchmark/grey_images.py): which images count as grey, which colour
+"""What a colour target does on grey images (tools/grey_images.py): which images count as grey, which colour
 classes are grey levels, and MPP accuracy counted on the grey and on the colour images apart."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mpp.benchmark import grey_images as grey_images_command
-from mpp.benchmark.grey_images import accuracy_on_grey_and_colour, grey_images, is_grey_level
+from tools import grey_images as grey_images_command
+from tools.grey_images import accuracy_on_grey_and_colour, grey_images, is_grey_level
 from mpp.config import MPPConfig
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor

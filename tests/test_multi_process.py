@@ -19,7 +19,7 @@ from tests.launching import RECIPE, ROOT, TINY, free_port, launch, start, traini
 
 pytestmark = [pytest.mark.slow, pytest.mark.cpu_only("two gloo processes share this machine's CPU, and accelerate "
                                                      "refuses FSDP only where there is no GPU; on a GPU, python -m "
-                                                     "mpp.benchmark.gpu runs FSDP itself")]
+                                                     "tools.gpu runs FSDP itself")]
 
 STEPS = ["train.steps=20", "train.global_batch_size=16", "train.log_every=5", "train.lr=2e-3"]
 INVARIANCE = 1e-5  # relative: the same images and draws, summed in another order (measured: at most 2e-7 apart)

@@ -16,7 +16,7 @@ from mpp.config import FewShotRunConfig, LinearProbeRunConfig, MPPRunConfig
 from mpp.config_loading import build_config
 from mpp.errors import ConfigError
 from mpp.experiments.config import PretrainingCurveConfig
-from mpp.experiments.pretraining_curve import curve_table, plan_runs, pretraining_curve, steps_per_epoch
+from mpp.experiments.curve import curve_table, plan_runs, steps_per_epoch
 from tests.launching import ROOT
 
 CONFIGS = ROOT / "recipes" / "configs"
@@ -135,7 +135,7 @@ def synthetic_curve(balanced_like_plain: bool, largest_class: float) -> dict:
 
 
 def test_the_curve_plot_draws_every_line_its_legend_names_and_each_accuracys_floor():
-    from mpp.experiments.pretraining_curve import curve_figure
+    from mpp.experiments.curve import curve_figure
 
     figure = curve_figure(synthetic_curve(balanced_like_plain=True, largest_class=0.1))
     labels = [text.get_text() for text in figure.legends[0].get_texts()]

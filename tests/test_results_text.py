@@ -15,7 +15,7 @@ import pytest
 from mpp.experiments.config import PretrainingCurveConfig, ReproductionConfig
 from mpp.config_loading import build_config
 from mpp.evaluation.statistics import describe_difference, paired_difference
-from mpp.experiments.pretraining_curve import pretraining_curve
+from mpp.experiments.curve import pretraining_curve
 from mpp.experiments.reproduction import reproduce
 
 ROOT = Path(__file__).resolve().parents[1]

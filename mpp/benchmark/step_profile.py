@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch.profiler import ProfilerActivity, profile
 
 from mpp.benchmark.training_step import DEFAULT_PRESET, ROWS, TrainingStep

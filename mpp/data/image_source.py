@@ -127,7 +127,7 @@ def pixels_for_crop(file: bytes, image: Image.Image, box: list[float], size: int
                     ) -> tuple[torch.Tensor, list[float]]:
     """``decode_for_crop`` as (c h w) uint8 pixels (channels last in memory). A JPEG that decodes at full scale goes
     to torchvision's decoder (libjpeg-turbo, as PIL's, without PIL's image object: 0.68 against 0.92 ms for an
-    ImageNet-sized photo, ``python -m mpp.benchmark.loading``); a drafted JPEG, and every other format, to PIL.
+    ImageNet-sized photo, ``python -m mpp.benchmark.loader_speed``); a drafted JPEG, and every other format, to PIL.
     (torchvision 0.29 marks its decoders deprecated in favour of TorchCodec, which is not a dependency here.)"""
     drafted = draft_for_crop(image, box, size, mode)
     if image.format == "JPEG" and drafted == box:

@@ -18,7 +18,7 @@ from mpp.data.image_dataset import ImageDataset
 from mpp.data.loading import build_dataset, sample_images
 from mpp.data.subsets import class_label
 from mpp.errors import ConfigError
-from mpp.evaluation.few_shot import FewShotMonitor
+from mpp.evaluation.few_shot_regression import FewShotMonitor
 from mpp.evaluation.mpp_mosaic import MPPMosaic
 from mpp.models.encoder import BuiltOnEncoder
 

@@ -1,7 +1,7 @@
 """Every preset in one table: what it is for, its encoder and size, its steps and data, what one optimizer step costs
 on this machine, and the figure it reaches (or the paper's, that it aims at).
 
-    python -m mpp.benchmark.presets [--configs recipes/configs] [--out docs/presets.md] [--max-tokens 4096]
+    python -m tools.presets [--configs recipes/configs] [--out docs/presets.md] [--max-tokens 4096]
                                     [--estimate-batch 8] [--only <preset> ...]
 
 Run it from the repository root. For each training preset (mpp_*, supervised_*, finetune_*) one training step of its
@@ -197,7 +197,7 @@ as its pre-training grows ([Results](results.md)); the wall time is that of the 
 
 
 def main(argv: list[str] | None = None) -> str:
-    parser = argparse.ArgumentParser(prog="python -m mpp.benchmark.presets", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m tools.presets", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configs", type=Path, default=Path("recipes/configs"), help="the presets' folder")
     parser.add_argument("--out", type=Path, help="write the page here (e.g. docs/presets.md)")
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> str:
                        timed=not args.only or preset.stem in args.only)
             for preset in presets if not is_experiment(preset)]
     reproductions = [experiment_row(preset) for preset in presets if is_experiment(preset)]
-    command = "python -m mpp.benchmark.presets --out docs/presets.md"
+    command = "python -m tools.presets --out docs/presets.md"
     text = page(rows, reproductions, command)
     if args.out:
         write_whole(args.out, lambda partial: partial.write_text(text))

@@ -1,4 +1,4 @@
-"""``python -m mpp.benchmark.gpu --out <dir>``: everything a GPU must show, in one command (docs/performance.md, "The
+"""``python -m tools.gpu --out <dir>``: everything a GPU must show, in one command (docs/performance.md, "The
 GPU acceptance run").
 
 Stages, each a subprocess with its own time limit (together at most 18 minutes), its output in ``<dir>/<stage>.log``:
@@ -11,7 +11,7 @@ Stages, each a subprocess with its own time limit (together at most 18 minutes),
 - ``pretrain``: ImageNet-like JPEGs written on the spot, ``python -m mpp.data.prepare``, then the ViT-B/16 MPP preset
   on them (bf16, compiled) for a few minutes, stopped by SIGTERM, resumed with ``--resume``, its export loaded by timm
   and transformers;
-- ``loader``: ``python -m mpp.benchmark.loading`` on the machine's cores beside the step's images/s: how many loader
+- ``loader``: ``python -m mpp.benchmark.loader_speed`` on the machine's cores beside the step's images/s: how many loader
   cores one GPU needs;
 - ``fsdp``: accelerate's FSDP, one process on the GPU: a short run, its checkpoint, ``--resume``, the export;
 - ``profile``: where the step's time goes, supervised and MPP, by ``python -m mpp.benchmark.step_profile``.
@@ -42,7 +42,7 @@ import torch
 
 from mpp.training.checkpoint import list_checkpoints, read_step
 
-CHECKOUT_PARTS = ("tests", "recipes/mpp.py", "recipes/configs")  # what the stages run and read
+CHECKOUT = Path(__file__).resolve().parents[1]  # the repository this tool is part of: its tests and recipes run
 RESULTS_JSON, RESULTS_MARKDOWN = "gpu_acceptance.json", "gpu_acceptance.md"
 GRACE_S = 15  # from the interrupt at a stage's time limit to the kill
 NO_MONITORS = ["monitor.few_shot_every=0", "monitor.mosaic_every=0", "monitor.final_few_shot_draws=0"]
@@ -66,7 +66,7 @@ class Plan:
     loader_args: tuple[str, ...]
     tests: tuple[str, ...]
     limits_s: dict[str, int] = field(default_factory=dict)
-    checkout: Path = field(default_factory=Path.cwd)  # the repository's root: every stage runs there
+    checkout: Path = CHECKOUT  # the repository's root: every stage runs there
 
 
 def gpu_plan() -> Plan:
@@ -213,7 +213,7 @@ def step_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
 
 
 def write_jpegs(folder: Path, count: int) -> None:
-    from mpp.benchmark.loading import imagenet_like_jpeg
+    from mpp.benchmark.loader_speed import imagenet_like_jpeg
 
     generator = torch.Generator().manual_seed(0)
     for index in range(count):  # two classes, for a labelled folder
@@ -320,7 +320,7 @@ def export_loads(export: Path) -> dict[str, Any]:
 
 def loader_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
     table = work / "loader.json"
-    outcome = run(plan, [sys.executable, "-m", "mpp.benchmark.loading", "--only-imagenet", *plan.loader_args, "--json",
+    outcome = run(plan, [sys.executable, "-m", "mpp.benchmark.loader_speed", "--only-imagenet", *plan.loader_args, "--json",
                    str(table)], out / "loader.log", plan.limits_s["loader"])
     if outcome.returncode != 0:
         return failed(f"exit {outcome.returncode}; see loader.log")
@@ -398,7 +398,7 @@ def read_results(out: Path) -> dict[str, Any]:
 
 def markdown(results: dict[str, Any]) -> str:
     lines = [f"# GPU acceptance: {results.get('device', '?')}", "",
-             f"`python -m mpp.benchmark.gpu` ({'dry run on the CPU' if results.get('dry_run') else 'on the GPU'})",
+             f"`python -m tools.gpu` ({'dry run on the CPU' if results.get('dry_run') else 'on the GPU'})",
              "", "| stage | status | figures |", "|---|---|---|"]
     for name in STAGES:
         stage = results.get(name)
@@ -437,7 +437,7 @@ def summary(name: str, stage: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mpp.benchmark.gpu", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m tools.gpu", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="where the results and logs go")
     parser.add_argument("--stages", nargs="+", choices=list(STAGES), default=list(STAGES),
@@ -445,21 +445,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="the same plan at toy sizes on the CPU")
     parser.add_argument("--limit", nargs="+", default=[], metavar="STAGE=SECONDS",
                         help="another time limit for these stages (a command's time budget shared out)")
-    parser.add_argument("--checkout", type=Path, default=Path.cwd(),
-                        help="the root of a checkout of the repository, whose tests and recipes it runs (default: "
-                             "the current directory)")
     args = parser.parse_args(argv)
-    missing = [part for part in CHECKOUT_PARTS if not (args.checkout / part).exists()]
-    if missing:
-        print(f"error: python -m mpp.benchmark.gpu runs a checkout's tests and recipes, and {args.checkout.resolve()} "
-              f"has no {' or '.join(missing)}; run it from the root of a checkout of the repository, or give "
-              "--checkout DIR", file=sys.stderr)
-        return 2
     if not args.dry_run and not torch.cuda.is_available():
-        print("error: python -m mpp.benchmark.gpu measures a GPU, and torch sees no CUDA device here; run it on a "
+        print("error: python -m tools.gpu measures a GPU, and torch sees no CUDA device here; run it on a "
               "machine with one, or add --dry-run to try the plan at toy sizes on the CPU", file=sys.stderr)
         return 2
-    plan = replace(dry_run_plan() if args.dry_run else gpu_plan(), checkout=args.checkout.resolve())
+    plan = dry_run_plan() if args.dry_run else gpu_plan()
     limits = dict(limit.partition("=")[::2] for limit in args.limit)
     if not (set(limits) <= set(STAGES) and all(seconds.isdigit() for seconds in limits.values())):
         parser.error(f"--limit takes STAGE=SECONDS, a stage of {', '.join(STAGES)} and whole seconds: got "

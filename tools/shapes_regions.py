@@ -1,4 +1,4 @@
-"""``python -m mpp.benchmark.shapes_regions --run <MPP run dir on shapes>``: where a trained MPP model on the embedded
+"""``python -m tools.shapes_regions --run <MPP run dir on shapes>``: where a trained MPP model on the embedded
 shapes data is right, by where each corrupted patch lies: wholly inside a shape, across an outline, or outside every
 shape (the background). A shape's class is its outline; this says whether MPP learned to fill in outlines or only
 the background (docs/results.md, "What the default run shows").
@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from mpp.benchmark import trained_colour_mpp
+from tools.trained_mpp import trained_colour_mpp
 from mpp.data.shapes import ShapesSource, copy_masks
 from mpp.keyed_random import keys_of
 from mpp.models.corruption import select_patches
@@ -51,7 +51,7 @@ def region_accuracy(model: MaskedPatchPredictor, source: ShapesSource, images: i
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m mpp.benchmark.shapes_regions", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m tools.shapes_regions", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", type=Path, required=True, help="an MPP run directory on data.source=shapes")
     parser.add_argument("--images", type=int, default=2000, help="test images (default 2000)")

@@ -1,6 +1,6 @@
 """What verifying a checkpoint costs next to loading it, at the size of a preset's checkpoint.
 
-    python -m mpp.benchmark.checkpoint [--config recipes/configs/mpp_vit_b16_paper.yaml] [--repeats 3] [--dir DIR]
+    python -m mpp.benchmark.checkpoint_speed [--config recipes/configs/mpp_vit_b16_paper.yaml] [--repeats 3] [--dir DIR]
                                        [--cold]
 
 The state is synthetic: the preset's MPP model and its AdamW moments, filled with random values (a checkpoint of a

@@ -1,4 +1,4 @@
-"""``python -m mpp.benchmark.grey_images --run <MPP run dir>``: what a colour target does on grey images. Clip art
+"""``python -m tools.grey_images --run <MPP run dir>``: what a colour target does on grey images. Clip art
 holds grey icons beside colour drawings (docs/data.md); on a grey image the 3-bit mean colour of every patch is one of
 its 8 grey levels, so predicting it is predicting brightness, and "this image is grey" alone rules out 504 of the 512
 classes.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from mpp.benchmark import trained_colour_mpp
+from tools.trained_mpp import trained_colour_mpp
 from mpp.data.loading import build_dataset
 from mpp.keyed_random import keys_of
 from mpp.models.encoder import unit_interval
@@ -70,7 +70,7 @@ def accuracy_on_grey_and_colour(model: MaskedPatchPredictor, images: torch.Tenso
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m mpp.benchmark.grey_images", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m tools.grey_images", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--run", type=Path, required=True, help="an MPP run directory with a colour target")
     args = parser.parse_args(argv)

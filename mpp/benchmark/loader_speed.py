@@ -1,7 +1,7 @@
 """Does loading keep up with training? Decoded and augmented images per second for every source, at several worker
 counts, next to the training step's images per second for the same preset.
 
-    python -m mpp.benchmark.loading [--config recipes/configs/<preset>.yaml] [--workers 0 1 2 4] [--json FILE]
+    python -m mpp.benchmark.loader_speed [--config recipes/configs/<preset>.yaml] [--workers 0 1 2 4] [--json FILE]
                                     [--imagenet-images 256] [--rounds 3] [--only-imagenet]
 
 Sources whose data this machine lacks are written first to a temporary folder in their real format, from the
@@ -258,7 +258,7 @@ def row(source: str, path: str, workers: int, rate: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m mpp.benchmark.loading", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m mpp.benchmark.loader_speed", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", type=Path, default=DEFAULT_PRESET,
                         help=f"preset giving image size and batch (default: {DEFAULT_PRESET})")
