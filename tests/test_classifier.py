@@ -32,6 +32,22 @@ def test_the_new_heads_logits_are_exactly_zero_at_step_0(tiny_model_config, head
     assert head_grads[-1].abs().sum() > 0  # and the head learns from the first step
 
 
+def test_the_classifier_is_built_on_the_encoder_as_mpp_is_and_reads_the_features_an_image_encoder_reads(
+        tiny_model_config):
+    from mpp.models.encoder import BuiltOnEncoder, ImageEncoder
+
+    model = ImageClassifier(create_encoder(tiny_model_config), 7, ClassifierConfig(head="linear", pool="avg"),
+                            (0.5,) * 3, (0.5,) * 3)
+    assert isinstance(model, BuiltOnEncoder) and not isinstance(model, ImageEncoder)
+    vit_names = {f"encoder.{name}" for name in model.encoder.state_dict()}
+    assert set(model.state_dict()) == vit_names | {"head.weight", "head.bias"}
+    with torch.no_grad():
+        model.head.weight.copy_(torch.eye(7, model.encoder.embed_dim))  # logits: the first 7 features
+    images = torch.rand(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    frozen = ImageEncoder(model.encoder, model.normalise, "avg")
+    assert torch.allclose(model(images, torch.tensor([0, 1])).logits, frozen(images)[:, :7], atol=1e-6)
+
+
 def test_pooling_reads_the_class_token_or_averages_the_patch_tokens():
     tokens = torch.arange(2 * 5 * 3, dtype=torch.float).reshape(2, 5, 3)  # (b 1+n d), n = 4
     assert torch.equal(pooled_features(tokens, "token"), tokens[:, 0])
@@ -64,7 +80,8 @@ def test_sgd_is_plain_momentum_and_skips_a_non_finite_step_on_the_device():
     before = layer.weight.detach().clone()
     (layer(torch.ones(1, 3)).sum() * float("nan")).backward()
     guard.observe_loss(torch.tensor(float("nan")))
-    guard.step(torch.tensor(float("nan")))
+    with guard.only_if_finite(torch.tensor(float("nan"))):
+        optimizer.step()
     assert torch.equal(layer.weight, before)
     assert guard.check(1, window_steps=2) == 1
 

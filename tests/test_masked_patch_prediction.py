@@ -8,7 +8,7 @@ from mpp.config import MPPConfig
 from mpp.errors import ConfigError
 from mpp.keyed_random import KeyedDraws, keys_of
 from mpp.models.corruption import MASK, UNCHANGED, Corruption, draw_corruption
-from mpp.models.encoder import ImageEncoder, create_encoder
+from mpp.models.encoder import BuiltOnEncoder, ImageEncoder, create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor, most_frequent_class_accuracy
 
 MEAN, STD = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
@@ -59,7 +59,7 @@ def test_each_corrupted_patch_is_predicted_from_its_own_token(
     positions = output.corruption.positions
     own_tokens = tokens.gather(1, repeat(positions, "b k -> b k d", d=tokens.shape[-1]))
     assert torch.allclose(output.prediction.flatten(2), model.head(own_tokens), atol=1e-6)
-    all_targets = model.targets(images)
+    all_targets = model.target.targets(images)
     assert torch.equal(output.target, all_targets.gather(1, repeat(positions, "b k -> b k t", t=all_targets.shape[-1])))
     assert torch.isfinite(output.loss) and 0 <= output.accuracy <= 1
 
@@ -68,7 +68,7 @@ def test_loss_and_accuracy_count_the_corrupted_patches_only(tiny_model_config):
     model = build(tiny_model_config)
     prediction = torch.zeros(1, 2, 1, 512)
     prediction[0, 0, 0, 7] = 100.0  # right about the first corrupted patch, uniform about the second
-    loss, accuracy = model.loss(prediction, torch.tensor([[[7], [9]]]))
+    loss, accuracy = model.target.loss(prediction, torch.tensor([[[7], [9]]]))
     assert accuracy.item() == 0.5
     assert loss.item() == pytest.approx(torch.log(torch.tensor(512.0)).item() / 2, rel=1e-4)
 
@@ -106,7 +106,7 @@ def test_uint8_images_from_decoded_files_give_the_pass_of_their_float_values(tin
     corruption = model.draw_corruption(torch.arange(2))
     from_uint8, from_float = model(pixels, corruption=corruption), model(pixels / 255, corruption=corruption)
     assert torch.equal(from_uint8.loss, from_float.loss) and torch.equal(from_uint8.target, from_float.target)
-    encoder = model.image_encoder()  # the encoder every model shares
+    encoder = ImageEncoder(model.encoder, model.normalise)  # the encoder every model shares
     assert torch.equal(encoder(pixels), encoder(pixels / 255))
 
 
@@ -114,8 +114,8 @@ def test_mpp_has_an_encoder_whose_weights_keep_timms_names_and_are_shared(tiny_m
     model = build(tiny_model_config)
     vit_names = {f"encoder.{name}" for name in model.encoder.state_dict()}
     assert set(model.state_dict()) == vit_names | {"mask_embedding", "head.weight", "head.bias"}
-    features = model.image_encoder("avg")
-    assert not isinstance(model, ImageEncoder) and features.encoder is model.encoder
+    features = ImageEncoder(model.encoder, model.normalise, "avg")
+    assert isinstance(model, BuiltOnEncoder) and not isinstance(model, ImageEncoder)
     images = torch.rand(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))
     before = features(images)
     with torch.no_grad():

@@ -32,7 +32,8 @@ def test_steps_the_fp16_scaler_skips_are_counted_and_never_stop_the_run():
     guard = NonFiniteGuard(optimizer, torch.device("cpu"), stop=True, scaler_skips=True)
     for grad_norm in (1.0, float("inf"), 2.0, float("nan")):
         layer(torch.ones(1, 2)).sum().backward()
-        guard.step(torch.tensor(grad_norm))
+        with guard.only_if_finite(torch.tensor(grad_norm)):
+            optimizer.step()
         optimizer.zero_grad()
     assert guard.check(step=4, window_steps=4) == 2
     assert guard.describe(2).strip() == "(2 steps with a non-finite loss or gradient skipped)"

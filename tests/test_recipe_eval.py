@@ -14,7 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from mpp.config import DataConfig
 from mpp.data.loading import build_dataset
-from mpp.models.encoder import unit_interval
+from mpp.raw_images import unit_interval
 from tests.launching import ROOT, TINY, launch
 
 pytestmark = pytest.mark.slow  # every test here launches a recipe or trains (pytest -m "not slow" leaves them out)

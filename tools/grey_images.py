@@ -20,7 +20,7 @@ import torch
 from tools.trained_mpp import trained_colour_mpp
 from mpp.data.loading import build_dataset
 from mpp.keyed_random import keys_of
-from mpp.models.encoder import unit_interval
+from mpp.raw_images import unit_interval
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
 from mpp.models.targets import class_colours
 

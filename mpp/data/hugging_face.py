@@ -228,3 +228,6 @@ class StreamingImageDataset(IterableDataset):
 
     def skipped_count(self) -> int:
         return int(self.counts[:, 0].sum())
+
+    def undecodable_files(self) -> list[str]:
+        return []  # a streamed example has no file name to give

@@ -9,7 +9,7 @@ Hugging Face stream: ``hugging_face.py``.)
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional, Sequence, Union
+from typing import Any, Literal, Optional, Protocol, Sequence, Union, runtime_checkable
 
 import torch
 from PIL import Image
@@ -54,6 +54,16 @@ def too_many_failures(failed: int, total: int, max_fraction: float, description:
         f"{failed} of {total} images of {description} could not be decoded (e.g. {example}), more than "
         f"data.max_bad_fraction={max_fraction}; repair or remove the broken files, or raise data.max_bad_fraction"
     )
+
+
+@runtime_checkable
+class SkipsUndecodableImages(Protocol):
+    """A dataset that skips the images it cannot decode (up to ``data.max_bad_fraction``) and reports them: how many
+    this process skipped, and the names of those it can name."""
+
+    def skipped_count(self) -> int: ...
+
+    def undecodable_files(self) -> list[str]: ...
 
 
 class ImageDataset(Dataset):

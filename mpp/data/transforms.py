@@ -26,6 +26,7 @@ from torchvision.ops import roi_align
 from mpp.config import DataConfig
 from mpp.data.image_source import open_image, pixels_for_crop
 from mpp.keyed_random import KeyedDraws
+from mpp.raw_images import unit_interval
 
 CROP_ATTEMPTS = 10  # candidate boxes per image before falling back to a centre crop (as torchvision's)
 
@@ -152,8 +153,7 @@ def resized_crops(
     images: torch.Tensor, boxes: torch.Tensor, size: int, flips: Optional[torch.Tensor] = None
 ) -> torch.Tensor:
     """(b c h w) images, (b 4) boxes -> (b c size size) in [0, 1]; uint8 input is scaled to [0, 1] first."""
-    if images.dtype == torch.uint8:
-        images = images.float() / 255
+    images = unit_interval(images)
     image_of_box = torch.arange(len(boxes), dtype=boxes.dtype, device=boxes.device)  # the boxes' device: a GPU's
     rois = torch.cat([image_of_box[:, None], boxes], dim=1)  # (b 5): image, box
     # aligned=True: pixel i covers [i, i+1), so the box (0, 0, w, h) is exactly the whole image.

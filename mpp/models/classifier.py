@@ -16,7 +16,7 @@ from torch import nn
 
 from mpp.config import ClassifierConfig
 from mpp.errors import ConfigError
-from mpp.models.encoder import ImageEncoder, InputNormalisation
+from mpp.models.encoder import BuiltOnEncoder, InputNormalisation
 
 
 def classification_head(dim: int, num_classes: int, kind: Literal["mlp", "linear"]) -> nn.Module:
@@ -36,7 +36,7 @@ class ClassifierOutput:
     logits: torch.Tensor  # (b classes)
 
 
-class ImageClassifier(ImageEncoder):
+class ImageClassifier(BuiltOnEncoder):
     def __init__(
         self,
         encoder: VisionTransformer,
@@ -48,19 +48,15 @@ class ImageClassifier(ImageEncoder):
         if num_classes < 2:
             raise ConfigError(f"a classifier needs labelled data with at least 2 classes; the data declares "
                               f"{num_classes} (unlabelled, or a streamed label column that is not a ClassLabel)")
-        super().__init__(encoder, InputNormalisation(mean, std, encoder.patch_embed.proj.in_channels), cfg.pool)
+        super().__init__(encoder, InputNormalisation(mean, std, encoder.patch_embed.proj.in_channels))
         self.cfg = cfg
         self.head = classification_head(encoder.embed_dim, num_classes, cfg.head)
-
-    @torch.jit.ignore
-    def no_weight_decay(self) -> set[str]:
-        return {f"encoder.{name}" for name in self.encoder.no_weight_decay()}
 
     def forward(self, images: torch.Tensor, labels: torch.Tensor, keys: Optional[torch.Tensor] = None
                 ) -> ClassifierOutput:
         """(b c h w) raw images (uint8, or float in [0, 1]), (b) class indices; the images' keys go unused: a
         classifier draws nothing per image (dropout and drop-path draw from the seeded global generator)."""
-        logits = self.head(self.features(images))
+        logits = self.head(self.features(images, self.cfg.pool))
         loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.cfg.label_smoothing)
         accuracy = (logits.argmax(dim=-1) == labels).float().mean()
         return ClassifierOutput(loss=loss, accuracy=accuracy, logits=logits)

@@ -5,7 +5,7 @@ normalise -> ViT -> pool."""
 from __future__ import annotations
 
 import difflib
-from typing import Protocol, Sequence
+from typing import Sequence
 
 import timm
 import torch
@@ -14,6 +14,7 @@ from torch import nn
 
 from mpp.config import FrozenFeatures, ModelConfig, Pooling
 from mpp.errors import ConfigError
+from mpp.raw_images import unit_interval
 
 _SIZE_FIELDS = ("img_size", "patch_size", "embed_dim", "depth", "num_heads")
 
@@ -58,12 +59,6 @@ def create_encoder(cfg: ModelConfig) -> VisionTransformer:
     return encoder
 
 
-def unit_interval(images: torch.Tensor) -> torch.Tensor:
-    """Raw images as float in [0, 1]: uint8 ones (decoded files, which the loader hands on as they are, a quarter of
-    the bytes of floats) scaled on whatever device they reached, float ones unchanged."""
-    return images.float().div_(255) if images.dtype == torch.uint8 else images
-
-
 class InputNormalisation(nn.Module):
     """(b c h w) raw images, uint8 or float in [0, 1] -> the encoder's input, ``(x - mean) / std`` per channel. The
     models take raw images because MPP's targets come from the unnormalised pixels; a grey image (one channel) is
@@ -92,29 +87,36 @@ def pooled_features(tokens: torch.Tensor, pool: Pooling, prefix_tokens: int = 1)
     return tokens[:, 0] if pool == "token" else tokens[:, prefix_tokens:].mean(dim=1)
 
 
-class BuiltOnEncoder(Protocol):
-    """A model built on an encoder (MPP, the classifier): it keeps the ViT as ``encoder`` and its input normalisation
-    as ``normalise``, which monitors and evaluation read features through."""
+class BuiltOnEncoder(nn.Module):
+    """What every model here is built on, the same way: timm's ViT as ``encoder`` (so a model's weights are
+    ``encoder.<timm's names>`` and its own parts) and its input normalisation as ``normalise``. MPP, the classifier
+    and the frozen ``ImageEncoder`` are built on it; monitors and evaluation read features through it."""
 
-    encoder: VisionTransformer
-    normalise: InputNormalisation
+    def __init__(self, encoder: VisionTransformer, normalise: InputNormalisation) -> None:
+        super().__init__()
+        self.normalise, self.encoder = normalise, encoder
+
+    def features(self, images: torch.Tensor, pool: FrozenFeatures) -> torch.Tensor:
+        """(b c h w) raw images (uint8, or float in [0, 1]) -> (b d): normalised, through timm's ViT
+        (``forward_features``: its blocks and final norm), pooled; for ``pixels``, the normalised input itself,
+        (b (c h w)): the raw-pixel baseline."""
+        if pool == "pixels":
+            return self.normalise(images).flatten(1)
+        tokens = self.encoder.forward_features(self.normalise(images))
+        return pooled_features(tokens, pool, self.encoder.num_prefix_tokens)
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> set[str]:
+        return {f"encoder.{name}" for name in self.encoder.no_weight_decay()}
 
 
-class ImageEncoder(nn.Module):
-    """(b c h w) raw images (uint8, or float in [0, 1]) -> (b d) features: normalised, through timm's ViT
-    (``forward_features``: its blocks and final norm), pooled. The models built on it (MPP, the classifier) keep the
-    ViT as ``encoder``, so their weights are ``encoder.<timm's names>``; evaluation uses it as it is, frozen."""
+class ImageEncoder(BuiltOnEncoder):
+    """(b c h w) raw images -> (b d) features, read through ``pool``: an encoder under evaluation, frozen."""
 
     def __init__(self, encoder: VisionTransformer, normalise: InputNormalisation, pool: FrozenFeatures = "token"
                  ) -> None:
-        super().__init__()
-        self.normalise, self.encoder, self.pool = normalise, encoder, pool
-
-    def features(self, images: torch.Tensor) -> torch.Tensor:
-        if self.pool == "pixels":  # the raw-pixel baseline: (b c h w) normalised input -> (b (c h w))
-            return self.normalise(images).flatten(1)
-        tokens = self.encoder.forward_features(self.normalise(images))
-        return pooled_features(tokens, self.pool, self.encoder.num_prefix_tokens)
+        super().__init__(encoder, normalise)
+        self.pool = pool
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.features(images)
+        return self.features(images, self.pool)

@@ -14,12 +14,13 @@ from timm.models import checkpoint_seq
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from mpp.config import FrozenFeatures, MPPConfig
+from mpp.config import MPPConfig
 from mpp.keyed_random import KeyedDraws, keys_of
 from mpp.models.corruption import Corruption, corrupt_patch_embeddings, draw_corruption, select_patches
-from mpp.models.encoder import ImageEncoder, InputNormalisation, unit_interval
+from mpp.models.encoder import BuiltOnEncoder, InputNormalisation
 from mpp.models.targets import TARGETS, num_colour_classes
 from mpp.private_apis import add_position_embeddings
+from mpp.raw_images import unit_interval
 
 CORRUPTION_STREAM = 0x4D5050  # folded into each image's key: its corruption is drawn apart from its view
 
@@ -33,10 +34,10 @@ class MPPOutput:
     corruption: Corruption
 
 
-class MaskedPatchPredictor(nn.Module):
+class MaskedPatchPredictor(BuiltOnEncoder):
     """A ViT with MPP's parts around it: the encoder (``encoder``, timm's ViT, and ``normalise``, its input
-    normalisation, so its weights are ``encoder.<timm's names>`` as in every model here), the learnable [mask]
-    embedding and the prediction head. ``image_encoder`` reads features from the same weights."""
+    normalisation, as in every model here), the learnable [mask] embedding, the prediction head and the target
+    (``target``: what each corrupted patch is scored against, and how)."""
 
     def __init__(
         self,
@@ -45,20 +46,14 @@ class MaskedPatchPredictor(nn.Module):
         mean: Sequence[float],
         std: Sequence[float],
     ) -> None:
-        super().__init__()
         # The encoder sees normalised pixels; targets come from the raw ones, so normalising happens here.
-        self.normalise = InputNormalisation(mean, std, encoder.patch_embed.proj.in_channels)
-        self.encoder = encoder
+        super().__init__(encoder, InputNormalisation(mean, std, encoder.patch_embed.proj.in_channels))
         self.cfg = cfg
         self.target = TARGETS[cfg.target](cfg, encoder.patch_embed.patch_size[0])
         dim = encoder.embed_dim
         self.mask_embedding = nn.Parameter(torch.empty(dim))
         nn.init.trunc_normal_(self.mask_embedding, std=0.02)
         self.head = nn.Linear(dim, self.target.outputs)
-
-    def image_encoder(self, pool: FrozenFeatures = "token") -> ImageEncoder:
-        """Raw images -> pooled features of this model's encoder (its weights shared, not copied)."""
-        return ImageEncoder(self.encoder, self.normalise, pool)
 
     def get_parameter_or_buffer(self, target: str) -> torch.Tensor:
         """The parameter or buffer of this (dotted) name, as on a transformers model. accelerate's FSDP2 (1.15,
@@ -71,7 +66,7 @@ class MaskedPatchPredictor(nn.Module):
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:
-        return {f"encoder.{name}" for name in self.encoder.no_weight_decay()} | {"mask_embedding"}
+        return super().no_weight_decay() | {"mask_embedding"}
 
     def draw_corruption(self, keys: torch.Tensor) -> Corruption:
         """The corruption of the images with these (b) keys (``mpp.keyed_random.keys_of``), on the keys' device.
@@ -97,14 +92,6 @@ class MaskedPatchPredictor(nn.Module):
         x = encoder.norm(x)
         return x[:, encoder.num_prefix_tokens :]
 
-    def targets(self, images: torch.Tensor) -> torch.Tensor:
-        """(b c h w) raw images in [0, 1] -> (b n t) colour classes, or (b n (p p 3)) pixels."""
-        return self.target.targets(images)
-
-    def loss(self, prediction: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Loss and colour accuracy of the corrupted patches' predictions (``MPPOutput`` shapes)."""
-        return self.target.loss(prediction, target)
-
     def forward(
         self,
         images: torch.Tensor,
@@ -125,8 +112,8 @@ class MaskedPatchPredictor(nn.Module):
             corruption = self.draw_corruption(keys)
         tokens = self.encode(images, corruption)
         prediction = self.target.prediction(self.head(select_patches(tokens, corruption.positions)))
-        target = select_patches(self.targets(images), corruption.positions)
-        loss, accuracy = self.loss(prediction, target)
+        target = select_patches(self.target.targets(images), corruption.positions)
+        loss, accuracy = self.target.loss(prediction, target)
         return MPPOutput(loss=loss, accuracy=accuracy, prediction=prediction, target=target, corruption=corruption)
 
 

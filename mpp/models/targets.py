@@ -18,7 +18,7 @@ from einops import rearrange, repeat
 
 from mpp.config import MPPConfig
 from mpp.errors import ConfigError
-from mpp.models.encoder import unit_interval
+from mpp.raw_images import unit_interval
 
 
 def as_rgb(images: torch.Tensor) -> torch.Tensor:

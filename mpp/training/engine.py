@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mpp.config import TrainConfig
+from mpp.data.image_dataset import SkipsUndecodableImages
 from mpp.errors import ConfigError
 from mpp.training.checkpoint import save_checkpoint
 from mpp.training.non_finite import NonFiniteGuard
@@ -72,12 +73,13 @@ def endless_batches(loader: DataLoader, dataset: Dataset, start: int) -> Iterato
         epoch += 1
 
 
-def report_skipped_images(accelerator: Accelerator, dataset: Any) -> int:
+def report_skipped_images(accelerator: Accelerator, dataset: Dataset) -> int:
     """Images that could not be decoded and were skipped, over all processes; logged with a few of their names."""
-    count = getattr(dataset, "skipped_count", lambda: 0)()
+    reports = isinstance(dataset, SkipsUndecodableImages)  # in-memory data has nothing to skip
+    count = dataset.skipped_count() if reports else 0
     total = int(accelerator.reduce(torch.tensor(count, device=accelerator.device), "sum"))
     if total:
-        names = getattr(dataset, "undecodable_files", list)()[:5]
+        names = dataset.undecodable_files()[:5] if reports else []
         logger.warning("skipped %d image(s) that could not be decoded%s", total,
                        f" (this process: {', '.join(names)}{', ...' if count > len(names) else ''})" if names else "")
     return total
@@ -222,7 +224,8 @@ def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicRepor
                     guard.observe_loss(output.loss)
                     if accelerator.sync_gradients:  # the last pass of the step
                         grad_norm = accelerator.clip_grad_norm_(model.parameters(), cfg.grad_clip_norm)
-                        guard.step(grad_norm)  # skipped on the device if its loss or gradient is not finite
+                        with guard.only_if_finite(grad_norm):  # decided on the device: no host sync
+                            optimizer.step()
                         optimizer.zero_grad(set_to_none=True)
                         if run.averaged is not None:
                             run.averaged.update(unwrapped, step=step + 1)  # one foreach lerp over the weights

@@ -14,7 +14,8 @@ steps itself (that is how it finds its scale), so they are counted and reported,
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 import torch
 
@@ -27,8 +28,7 @@ class NonFiniteStep(RunError):
 
 class NonFiniteGuard:
     def __init__(self, optimizer: Any, device: torch.device, stop: bool, scaler_skips: bool, start_step: int = 0):
-        self.stepped = optimizer  # what the loop steps: accelerate's wrapper, where there is one
-        self.optimizer = getattr(optimizer, "optimizer", optimizer)
+        self.optimizer = getattr(optimizer, "optimizer", optimizer)  # the torch optimizer under accelerate's wrapper
         self.fused = bool(self.optimizer.defaults.get("fused"))
         self.stop, self.scaler_skips = stop, scaler_skips
         self.loss_not_finite = torch.zeros((), dtype=torch.bool, device=device)  # any pass of the current step
@@ -40,21 +40,23 @@ class NonFiniteGuard:
     def observe_loss(self, loss: torch.Tensor) -> None:
         self.loss_not_finite |= ~torch.isfinite(loss.detach())
 
-    def step(self, grad_norm: torch.Tensor) -> None:
-        """The optimizer step, not applied if its loss or gradient is not finite."""
+    @contextlib.contextmanager
+    def only_if_finite(self, grad_norm: torch.Tensor) -> Iterator[None]:
+        """Around the loop's optimizer step: the step is not applied if its loss or gradient is not finite, decided
+        on the device (a fused optimizer is told so as ``found_inf``; any other's changes are put back)."""
         bad = self.loss_not_finite | ~torch.isfinite(grad_norm)
         self.steps += 1
         self.bad_steps += bad
         self.first_bad_step = torch.where((self.first_bad_step == 0) & bad, self.steps, self.first_bad_step)
         self.loss_not_finite.zero_()
-        if self.scaler_skips:
-            self.stepped.step()
+        if self.scaler_skips:  # the fp16 scaler skips such a step itself
+            yield
         elif self.fused:
             self.optimizer.found_inf = bad.float()
-            self.stepped.step()
+            yield
         else:
             before = self.snapshot()
-            self.stepped.step()
+            yield
             self.restore(before, bad)
 
     def snapshot(self) -> list[tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]]:

@@ -104,7 +104,8 @@ def test_a_non_finite_step_leaves_weights_moments_and_step_count_untouched_on_th
         loss = layer(torch.ones(1, 3, device=device)).sum() * scale
         loss.backward()
         guard.observe_loss(loss)
-        guard.step(torch.nn.utils.clip_grad_norm_(layer.parameters(), 1.0))
+        with guard.only_if_finite(torch.nn.utils.clip_grad_norm_(layer.parameters(), 1.0)):
+            optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
     def state() -> list[torch.Tensor]:
