@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mpp.command_line import run_recipe
-from mpp.config import FewShotRunConfig
+from mpp.config.runs import FewShotRunConfig
 from mpp.evaluation.few_shot_regression import few_shot_evaluation
 from mpp.evaluation.frozen_encoder import open_evaluation_run
 

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from mpp.command_line import run_recipe
-from mpp.config import InspectionRunConfig
+from mpp.config.runs import InspectionRunConfig
 from mpp.data.loading import sample_images
 from mpp.evaluation.frozen_encoder import open_evaluation_run
 from mpp.evaluation.inspection import inspect_encoder

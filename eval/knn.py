@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mpp.command_line import run_recipe
-from mpp.config import KnnRunConfig
+from mpp.config.runs import KnnRunConfig
 from mpp.evaluation.frozen_encoder import open_evaluation_run
 from mpp.evaluation.frozen_feature_classifiers import knn_predictions
 from mpp.metrics import scores_of

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mpp.command_line import run_recipe
-from mpp.config import LinearProbeRunConfig
+from mpp.config.runs import LinearProbeRunConfig
 from mpp.evaluation.frozen_encoder import open_evaluation_run
 from mpp.evaluation.logistic_regression import linear_probe_evaluation
 

@@ -88,6 +88,7 @@ def keys_help(cls: type) -> str:
     def collect(klass: type, values: Any, prefix: str) -> None:
         hints = typing.get_type_hints(klass)
         descriptions = field_descriptions(klass)
+        more = getattr(klass, "FIELD_HELP", {})  # what a config adds to a field's comment (data.source's kinds)
         for f in dataclasses.fields(klass):
             annotation = hints[f.name]
             if dataclasses.is_dataclass(annotation):
@@ -96,7 +97,8 @@ def keys_help(cls: type) -> str:
                 continue
             listed = typing.get_origin(annotation) is tuple and dataclasses.is_dataclass(typing.get_args(annotation)[0])
             kind = "list of sections = ..." if listed else f"{type_name(annotation)} = {shown(getattr(values, f.name))}"
-            sections[prefix.rstrip(".")].append((f"{prefix}{f.name}", kind, descriptions[f.name]))
+            meaning = " ".join(filter(None, (descriptions[f.name], more.get(f.name, ""))))
+            sections[prefix.rstrip(".")].append((f"{prefix}{f.name}", kind, meaning))
 
     collect(cls, defaults, "")
     lines = textwrap.wrap(f"config keys, as key=value after the flags or in a YAML preset (--config; every preset: "

@@ -1,4 +1,4 @@
-"""Building a run's config: the dataclass defaults (mpp/config.py), updated by a YAML preset, updated by dotted
+"""Building a run's config: the dataclass defaults (mpp/config/), updated by a YAML preset, updated by dotted
 ``key=value`` overrides. Every value passes through one coercion step, typed by the field's annotation, so
 ``train.lr=1e-3`` and ``lr: 1e-3`` in YAML both become floats; an unknown key is an error that lists the valid ones.
 

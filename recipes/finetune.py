@@ -26,7 +26,7 @@ from accelerate.utils import set_seed
 from timm.models.vision_transformer import VisionTransformer
 
 from mpp.command_line import run_recipe
-from mpp.config import FinetuneRunConfig
+from mpp.config.runs import FinetuneRunConfig
 from mpp.data.loading import build_dataset, warn_if_tested_on_training_images
 from mpp.data.transforms import image_view
 from mpp.models.classifier import ImageClassifier

@@ -17,7 +17,7 @@ from typing import Any
 sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
 
 from mpp.command_line import run_recipe
-from mpp.config import MPPRunConfig
+from mpp.config.runs import MPPRunConfig
 from mpp.data.loading import build_dataset, sample_images
 from mpp.evaluation.few_shot_regression import FewShotAgainstInitialisation
 from mpp.evaluation.monitors import fitted_to_classes, monitored_images, pre_training_monitors

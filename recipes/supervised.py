@@ -18,7 +18,7 @@ from typing import Any
 sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
 
 from mpp.command_line import run_recipe
-from mpp.config import SupervisedRunConfig
+from mpp.config.runs import SupervisedRunConfig
 from mpp.data.loading import build_dataset, warn_if_tested_on_training_images
 from mpp.evaluation.monitors import pre_training_monitors
 from mpp.models.classifier import ImageClassifier

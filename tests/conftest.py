@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from devices import TEST_DEVICE
-from mpp.config import ModelConfig
+from mpp.config.model import ModelConfig
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -12,7 +12,7 @@ from accelerate import Accelerator
 
 import mpp.training.checkpoint as checkpoint_module
 from devices import USE_CPU
-from mpp.config import MPPRunConfig
+from mpp.config.runs import MPPRunConfig
 from mpp.config_loading import build_config
 from mpp.errors import ConfigError
 from mpp.models.encoder import create_encoder
@@ -112,7 +112,7 @@ def test_exported_encoder_loads_in_timm_offline_with_identical_outputs(tiny_mode
 
 
 def test_resuming_a_fine_tuning_run_from_other_starting_weights_is_refused(tmp_path):
-    from mpp.config import FinetuneRunConfig
+    from mpp.config.runs import FinetuneRunConfig
 
     accelerator = Accelerator(cpu=USE_CPU)
     accelerator.prepare(torch.nn.Linear(3, 2))

@@ -9,7 +9,8 @@ from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
 from devices import USE_CPU
-from mpp.config import ClassifierConfig, TrainConfig
+from mpp.config.model import ClassifierConfig
+from mpp.config.training import TrainConfig
 from mpp.errors import ConfigError
 from mpp.models.classifier import ImageClassifier
 from mpp.models.encoder import create_encoder, pooled_features
@@ -107,7 +108,7 @@ def test_top1_hits_count_every_image_once_in_its_class():
 
 
 def test_supervised_and_fine_tuning_defaults_are_the_papers(tmp_path):
-    from mpp.config import FinetuneRunConfig, SupervisedRunConfig
+    from mpp.config.runs import FinetuneRunConfig, SupervisedRunConfig
     from mpp.config_loading import build_config
 
     preset = tmp_path / "preset.yaml"

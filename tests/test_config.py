@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mpp.config import (
+from mpp.config.runs import (
     FewShotRunConfig,
     FinetuneRunConfig,
     InspectionRunConfig,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mpp.config import DataConfig
+from mpp.config.data import DataConfig
 from mpp.data.loading import build_dataset, build_loader, warn_if_tested_on_training_images
 from mpp.data.sources import DataError
 from tests.launching import NO_MPP_MONITORS, ROOT, TINY, launch
@@ -40,7 +40,7 @@ def folder_with_broken_files(root: Path, good: int, broken: int) -> Path:
 STOP_SIGNAL_TO_THE_GROUP = """
 import os, signal, sys, torch
 from torch.utils.data import Dataset
-from mpp.config import DataConfig
+from mpp.config.data import DataConfig
 from mpp.data.loading import build_loader
 
 class Numbers(Dataset):

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mpp.config import DataConfig
+from mpp.config.data import DataConfig
 from mpp.data.image_source import decode, open_image
 from mpp.data.prepare import RECORD, Settings, prepare
 from mpp.data.sources import open_source

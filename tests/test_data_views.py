@@ -9,7 +9,7 @@ import pytest
 import torch
 from PIL import Image
 
-from mpp.config import DataConfig
+from mpp.config.data import DataConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.image_source import decode, decode_for_crop, open_image, pixels_for_crop
 from mpp.data.loading import build_dataset

@@ -9,7 +9,7 @@ from accelerate.data_loader import prepare_data_loader
 from torch.utils.data import DataLoader
 
 from devices import USE_CPU
-from mpp.config import TrainConfig
+from mpp.config.training import TrainConfig
 from mpp.errors import ConfigError
 from mpp.data.batch_order import EndlessEpochBatches
 from mpp.training.engine import TrainingClock, plan_batches
@@ -39,7 +39,7 @@ def test_resumed_batches_continue_where_an_uninterrupted_run_would_be():
 def test_a_runs_endless_loader_gives_the_batches_of_a_loader_prepared_each_epoch(num_processes):
     """The same images, views and keys as accelerate's seedable shuffled loader read epoch by epoch with the views
     of each epoch (how a run read its data before its loader became endless), on each of the processes."""
-    from mpp.config import DataConfig
+    from mpp.config.data import DataConfig
     from mpp.data.loading import build_dataset, build_training_loader
     from mpp.keyed_random import KeyedDraws, keys_of
 
@@ -63,7 +63,9 @@ def train_tiny_mpp(tiny_model_config, tmp_path, cfg: TrainConfig, optimizer=None
     """MPP on the shapes data through the loop, as the recipes run it: (the prepared model, optimizer, metrics)."""
     from accelerate.utils import GradientAccumulationPlugin
 
-    from mpp.config import DataConfig, MPPConfig, MPPRunConfig
+    from mpp.config.data import DataConfig
+    from mpp.config.model import MPPConfig
+    from mpp.config.runs import MPPRunConfig
     from mpp.data.loading import build_dataset, build_training_loader, prepare_loader
     from mpp.models.encoder import create_encoder
     from mpp.models.masked_patch_prediction import MaskedPatchPredictor

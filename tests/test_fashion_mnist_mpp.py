@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from mpp.config import DataConfig, ModelConfig, MPPConfig
+from mpp.config.data import DataConfig
+from mpp.config.model import ModelConfig, MPPConfig
 from mpp.config_loading import config_to_dict
 from mpp.data.loading import build_dataset, sample_images
 from mpp.models.encoder import create_encoder

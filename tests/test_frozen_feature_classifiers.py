@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from mpp.config import FewShotConfig, LinearProbeConfig
+from mpp.config.evaluation import FewShotConfig, LinearProbeConfig
 from mpp.data.subsets import disjoint_per_class
 from mpp.evaluation.few_shot_regression import few_shot_evaluation, ridge_scores
 from mpp.evaluation.frozen_feature_classifiers import accuracy, knn_predictions, ridge_predictions, ridge_regressions

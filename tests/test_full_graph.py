@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch._dynamo
 
-from mpp.config import ClassifierConfig, MPPConfig
+from mpp.config.model import ClassifierConfig, MPPConfig
 from mpp.models.classifier import ImageClassifier
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from tools import grey_images as grey_images_command
 from tools.grey_images import accuracy_on_grey_and_colour, grey_images, is_grey_level
-from mpp.config import MPPConfig
+from mpp.config.model import MPPConfig
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
 from tests.launching import NO_MPP_MONITORS, TINY, launch

@@ -7,7 +7,7 @@ import pytest
 import torch
 from einops import rearrange
 
-from mpp.config import MPPConfig
+from mpp.config.model import MPPConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.shapes import ShapesSource
 from mpp.data.transforms import ImageView

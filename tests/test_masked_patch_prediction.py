@@ -4,7 +4,7 @@ import pytest
 import torch
 from einops import repeat
 
-from mpp.config import MPPConfig
+from mpp.config.model import MPPConfig
 from mpp.errors import ConfigError
 from mpp.keyed_random import KeyedDraws, keys_of
 from mpp.models.corruption import MASK, UNCHANGED, Corruption, draw_corruption

@@ -6,7 +6,8 @@ import logging
 
 import pytest
 
-from mpp.config import DataConfig, MonitorConfig, MPPMonitorConfig
+from mpp.config.data import DataConfig
+from mpp.config.training import MonitorConfig, MPPMonitorConfig
 from mpp.data.loading import build_dataset
 from mpp.evaluation.monitors import fitted_to_classes
 

@@ -12,7 +12,8 @@ from accelerate.utils import DataLoaderConfiguration
 from torch.utils.data import DataLoader, TensorDataset
 
 from devices import USE_CPU
-from mpp.config import MPPRunConfig, TrainConfig
+from mpp.config.runs import MPPRunConfig
+from mpp.config.training import TrainConfig
 from mpp.training.checkpoint import list_checkpoints, read_step
 from mpp.training.engine import TrainingRun, plan_batches, train
 from mpp.training.non_finite import NonFiniteGuard, NonFiniteStep

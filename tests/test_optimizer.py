@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from mpp.config import MPPConfig, TrainConfig
+from mpp.config.model import MPPConfig
+from mpp.config.training import TrainConfig
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
 from mpp.training.non_finite import NonFiniteGuard

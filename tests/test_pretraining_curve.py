@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mpp.config import FewShotRunConfig, LinearProbeRunConfig, MPPRunConfig
+from mpp.config.runs import FewShotRunConfig, LinearProbeRunConfig, MPPRunConfig
 from mpp.config_loading import build_config
 from mpp.errors import ConfigError
 from mpp.experiments.config import PretrainingCurveConfig

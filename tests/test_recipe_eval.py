@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from mpp.config import DataConfig
+from mpp.config.data import DataConfig
 from mpp.data.loading import build_dataset
 from mpp.raw_images import unit_interval
 from tests.launching import ROOT, TINY, launch

@@ -91,7 +91,7 @@ def test_fine_tuning_learns_classes_that_the_brightness_separates(mpp_run, folde
 
 
 def test_the_fine_tuning_model_starts_from_every_encoder_tensor_of_the_mpp_run(mpp_run):
-    from mpp.config import FinetuneRunConfig
+    from mpp.config.runs import FinetuneRunConfig
     from mpp.models.classifier import ImageClassifier
     from mpp.models.pretrained import fine_tuning_encoder, fine_tuning_model_config, read_pretrained
 

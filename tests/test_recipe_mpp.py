@@ -15,7 +15,7 @@ import yaml
 from PIL import Image
 from safetensors.torch import load_file
 
-from mpp.config import ModelConfig
+from mpp.config.model import ModelConfig
 from mpp.models.encoder import create_encoder
 from tests.launching import RECIPE, TINY, launch
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mpp.config import (
+from mpp.config.runs import (
     FewShotRunConfig,
     FinetuneRunConfig,
     KnnRunConfig,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from mpp.config import TrainConfig
+from mpp.config.training import TrainConfig
 from mpp.errors import ConfigError
 from mpp.training.schedule import learning_rate, resolved_schedule
 

@@ -31,7 +31,7 @@ import torch
 import yaml
 
 from mpp.benchmark.training_step import measure_interleaved
-from mpp.config import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig, SupervisedRunConfig
+from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig, SupervisedRunConfig
 from mpp.config_loading import build_config
 from mpp.experiments.config import PretrainingCurveConfig, ReproductionConfig
 from mpp.experiments.reproduction import headline

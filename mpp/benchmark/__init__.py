@@ -15,7 +15,7 @@ Run them from the repository root: their default preset is ``recipes/configs/mpp
 
 from pathlib import Path
 
-from mpp.config import MPPRunConfig
+from mpp.config.runs import MPPRunConfig
 from mpp.config_loading import build_config
 
 

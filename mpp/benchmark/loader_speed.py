@@ -44,7 +44,8 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 from mpp.benchmark.training_step import DEFAULT_PRESET, measure
-from mpp.config import DataConfig, MPPRunConfig
+from mpp.config.data import DataConfig
+from mpp.config.runs import MPPRunConfig
 from mpp.config_loading import build_config
 from mpp.data.fashion_mnist import DEFAULT_DIR as FASHION_MNIST_DIR
 from mpp.data.image_dataset import ImageDataset

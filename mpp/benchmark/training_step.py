@@ -45,7 +45,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from mpp.benchmark import preset_encoder_and_batch
-from mpp.config import ClassifierConfig, MPPRunConfig
+from mpp.config.model import ClassifierConfig
+from mpp.config.runs import MPPRunConfig
 from mpp.models.encoder import create_encoder
 from mpp.training.optimizer import create_optimizer
 

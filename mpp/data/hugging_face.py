@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from mpp.config import DataConfig, parse_source
+from mpp.config.data import DataConfig, parse_source
 from mpp.data.image_dataset import Split, too_many_failures
 from mpp.data.image_source import FileSource, UndecodableImage, read_file
 from mpp.data.transforms import ImageView, match_channels

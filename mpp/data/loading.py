@@ -14,7 +14,7 @@ from accelerate import Accelerator
 from accelerate.data_loader import prepare_data_loader
 from torch.utils.data import DataLoader, Dataset
 
-from mpp.config import DataConfig
+from mpp.config.data import DataConfig
 from mpp.data.batch_order import EndlessEpochBatches
 from mpp.data.hugging_face import StreamingImageDataset, build_stream
 from mpp.data.image_dataset import ImageDataset, Split, keep_batch

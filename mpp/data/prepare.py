@@ -32,7 +32,7 @@ from typing import Optional, Sequence
 import torch
 from PIL import Image
 
-from mpp.config import DataConfig
+from mpp.config.data import DataConfig
 from mpp.config_loading import build_config
 from mpp.data.image_source import FileSource, ImageSource, UndecodableImage, decode_for_crop, open_image
 from mpp.data.sources import open_source

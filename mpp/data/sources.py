@@ -1,6 +1,6 @@
 """Every kind of ``data.source``, and the reader that opens one split of it.
 
-``mpp.config.SOURCE_KINDS`` declares what ``data.source`` may say (each kind, whether it takes a location, its usage
+``mpp.config.data.SOURCE_KINDS`` declares what ``data.source`` may say (each kind, whether it takes a location, its usage
 line); ``READERS`` here opens each. A new format is a module with its reader, one line in each of the two.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Callable, Literal
 
-from mpp.config import DataConfig, parse_source
+from mpp.config.data import DataConfig, parse_source
 from mpp.data.cifar import cifar_source
 from mpp.data.fashion_mnist import fashion_mnist_source
 from mpp.data.hugging_face import HuggingFaceSource

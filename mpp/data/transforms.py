@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torchvision.ops import roi_align
 
-from mpp.config import DataConfig
+from mpp.config.data import DataConfig
 from mpp.data.image_source import open_image, pixels_for_crop
 from mpp.keyed_random import KeyedDraws
 from mpp.raw_images import unit_interval

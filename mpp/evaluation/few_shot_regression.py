@@ -17,7 +17,8 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from accelerate import Accelerator
 
-from mpp.config import FewShotConfig, MonitorConfig, MPPMonitorConfig
+from mpp.config.evaluation import FewShotConfig
+from mpp.config.training import MonitorConfig, MPPMonitorConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.subsets import disjoint_per_class, shots_per_class
 from mpp.evaluation.frozen_feature_classifiers import accuracy, fitting_device, ridge_predictions, ridge_regressions

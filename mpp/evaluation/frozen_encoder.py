@@ -18,7 +18,8 @@ from accelerate import Accelerator
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from mpp.config import EvaluationFeatures, EvaluationRunConfig, FrozenFeatures
+from mpp.config.model import EvaluationFeatures, FrozenFeatures
+from mpp.config.runs import EvaluationRunConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.loading import build_dataset, build_loader, prepare_loader, warn_if_tested_on_training_images
 from mpp.errors import ConfigError

@@ -18,7 +18,7 @@ from accelerate import Accelerator
 from einops import rearrange
 from timm.models.vision_transformer import VisionTransformer
 
-from mpp.config import InspectionConfig
+from mpp.config.evaluation import InspectionConfig
 from mpp.evaluation.attention_maps import attention_rollout, mean_attention_distance
 from mpp.evaluation.pictures import colour_mapped, enlarged, figure_picture, image_grid, save_picture
 from mpp.models.targets import as_rgb

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mpp.config import LinearProbeConfig
+from mpp.config.evaluation import LinearProbeConfig
 from mpp.data.subsets import holdout_split
 from mpp.evaluation.frozen_feature_classifiers import accuracy, fitting_device
 from mpp.metrics import scores_of

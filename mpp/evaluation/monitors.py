@@ -13,7 +13,8 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 
-from mpp.config import DataConfig, MonitorConfig, MPPMonitorConfig
+from mpp.config.data import DataConfig
+from mpp.config.training import MonitorConfig, MPPMonitorConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.loading import build_dataset, sample_images
 from mpp.data.subsets import class_label

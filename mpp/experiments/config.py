@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
 
-from mpp.config import Pooling
+from mpp.config.model import Pooling
 from mpp.errors import ConfigError
 
 

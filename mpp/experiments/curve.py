@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from mpp.config import FewShotRunConfig, MPPRunConfig
+from mpp.config.runs import FewShotRunConfig, MPPRunConfig
 from mpp.config_loading import build_config
 from mpp.data.loading import build_dataset
 from mpp.errors import ConfigError

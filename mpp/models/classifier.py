@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from mpp.config import ClassifierConfig
+from mpp.config.model import ClassifierConfig
 from mpp.errors import ConfigError
 from mpp.models.encoder import BuiltOnEncoder, InputNormalisation
 

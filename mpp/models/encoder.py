@@ -12,7 +12,7 @@ import torch
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from mpp.config import FrozenFeatures, ModelConfig, Pooling
+from mpp.config.model import FrozenFeatures, ModelConfig, Pooling
 from mpp.errors import ConfigError
 from mpp.raw_images import unit_interval
 

@@ -14,7 +14,7 @@ from timm.models import checkpoint_seq
 from timm.models.vision_transformer import VisionTransformer
 from torch import nn
 
-from mpp.config import MPPConfig
+from mpp.config.model import MPPConfig
 from mpp.keyed_random import KeyedDraws, keys_of
 from mpp.models.corruption import Corruption, corrupt_patch_embeddings, draw_corruption, select_patches
 from mpp.models.encoder import BuiltOnEncoder, InputNormalisation

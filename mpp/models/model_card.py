@@ -7,7 +7,8 @@ from typing import Any, Mapping
 
 from timm.models.vision_transformer import VisionTransformer
 
-from mpp.config import MPPRunConfig, SupervisedRunConfig, TrainConfig
+from mpp.config.runs import MPPRunConfig, SupervisedRunConfig
+from mpp.config.training import TrainConfig
 
 PACKAGE_CITATION = """@software{mpp,
   title = {mpp: masked patch prediction for Vision Transformers},

@@ -30,7 +30,7 @@ from timm.models import load_state_dict, save_for_hf
 from timm.models.vision_transformer import VisionTransformer
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
-from mpp.config import ModelConfig
+from mpp.config.model import ModelConfig
 from mpp.errors import ConfigError
 from mpp.models.encoder import create_encoder
 from mpp.run.directory import CHECKPOINTS_DIR, EXPORT_DIR, PARTIAL_SUFFIX

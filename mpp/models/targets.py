@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange, repeat
 
-from mpp.config import MPPConfig
+from mpp.config.model import MPPConfig
 from mpp.errors import ConfigError
 from mpp.raw_images import unit_interval
 

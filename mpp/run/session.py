@@ -23,7 +23,7 @@ import torch
 from accelerate import Accelerator, PartialState
 from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, parse_flag_from_env, set_seed
 
-from mpp.config import RuntimeConfig
+from mpp.config.runtime import RuntimeConfig
 from mpp.config_loading import save_config
 from mpp.errors import ConfigError, RunError
 from mpp.run.directory import CONFIG_FILE, LOG_FILE, claim_output_dir, resolve_output_dir, runs_parent, write_metrics

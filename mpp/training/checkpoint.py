@@ -34,7 +34,7 @@ from accelerate.utils import broadcast_object_list
 from safetensors.torch import load_file, save_file
 from timm.utils import ModelEmaV3
 
-from mpp.config import TrainingRunConfig
+from mpp.config.runs import TrainingRunConfig
 from mpp.config_loading import config_to_dict, save_config
 from mpp.errors import ConfigError, RunError
 from mpp.private_apis import prepared_models_and_optimizers

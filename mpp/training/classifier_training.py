@@ -12,7 +12,7 @@ import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader, Dataset
 
-from mpp.config import FinetuneRunConfig
+from mpp.config.runs import FinetuneRunConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.loading import build_loader, prepare_loader
 from mpp.data.subsets import holdout_split

@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from mpp.config import TrainConfig
+from mpp.config.training import TrainConfig
 from mpp.data.image_dataset import SkipsUndecodableImages
 from mpp.errors import ConfigError
 from mpp.training.checkpoint import save_checkpoint

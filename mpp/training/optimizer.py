@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 from timm.optim import create_optimizer_v2
-from mpp.config import TrainConfig
+from mpp.config.training import TrainConfig
 from mpp.private_apis import capturable_optimizer_devices, fused_optimizer_devices
 
 

@@ -7,7 +7,7 @@ import dataclasses
 import math
 from typing import Literal, Optional
 
-from mpp.config import TrainConfig
+from mpp.config.training import TrainConfig
 from mpp.errors import ConfigError
 
 

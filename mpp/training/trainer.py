@@ -18,7 +18,9 @@ from timm.models.vision_transformer import VisionTransformer
 from timm.utils import ModelEmaV3
 from torch.utils.data import Dataset, IterableDataset
 
-from mpp.config import ModelConfig, TrainConfig, TrainingRunConfig
+from mpp.config.model import ModelConfig
+from mpp.config.runs import TrainingRunConfig
+from mpp.config.training import TrainConfig
 from mpp.data.batch_order import EndlessEpochBatches
 from mpp.data.loading import build_training_loader, prepare_loader
 from mpp.models.pretrained import encoder_from_model_state

@@ -9,7 +9,7 @@ from pathlib import Path
 from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration
 
-from mpp.config import DataConfig
+from mpp.config.data import DataConfig
 from mpp.data.loading import build_dataset, build_training_loader, prepare_loader
 
 source, out = sys.argv[1], Path(sys.argv[2])

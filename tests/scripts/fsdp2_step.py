@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
-from mpp.config import ModelConfig, MPPConfig
+from mpp.config.model import ModelConfig, MPPConfig
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
 

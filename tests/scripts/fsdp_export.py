@@ -13,7 +13,7 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import fully_shard
 
-from mpp.config import ModelConfig, MPPConfig
+from mpp.config.model import ModelConfig, MPPConfig
 from mpp.keyed_random import keys_of
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor

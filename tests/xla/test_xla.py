@@ -24,7 +24,8 @@ import torch  # noqa: E402
 import torch_xla.debug.metrics as xla_metrics  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
-from mpp.config import MPPRunConfig, SupervisedRunConfig, TrainConfig
+from mpp.config.runs import MPPRunConfig, SupervisedRunConfig
+from mpp.config.training import TrainConfig
 from mpp.config_loading import build_config
 from mpp.data.loading import build_dataset  # noqa: E402
 from mpp.models.classifier import ImageClassifier  # noqa: E402

@@ -1,0 +1,110 @@
+"""One config per entry point, made of the sections: what every run has, and what each recipe and evaluation adds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from mpp.config.data import DataConfig
+from mpp.config.evaluation import EvaluationConfig, FewShotConfig, InspectionConfig, KnnConfig, LinearProbeConfig
+from mpp.config.model import ClassifierConfig, ModelConfig, MPPConfig
+from mpp.config.training import (
+    FinetuneConfig,
+    MonitorConfig,
+    MPPMonitorConfig,
+    TrainConfig,
+    finetune_classifier,
+    finetune_training,
+    supervised_training,
+)
+
+
+@dataclass
+class RunConfig:
+    """What every run has: its directory, seed, encoder and data."""
+
+    output_dir: str = ""  # the run's directory; empty: runs/<recipe>-<date>-<time>
+    seed: int = 0  # seeds the weights, the data order, the views and the corruption
+    overwrite: bool = False  # start again in an output_dir that holds an earlier run, deleting it
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+
+
+@dataclass
+class TrainingRunConfig(RunConfig):
+    """What every training run adds: continuing from its checkpoints."""
+
+    RESUME_MUST_MATCH: ClassVar[tuple[str, ...]] = ("model",)  # sections (or top-level keys) a resume may not change
+    resume: str = ""  # "auto": continue from the latest checkpoint(s) in output_dir, if any; or a checkpoint path
+
+
+@dataclass
+class MPPRunConfig(TrainingRunConfig):
+    """Everything one masked-patch-prediction pre-training run needs (recipes/mpp.py)."""
+
+    RESUME_MUST_MATCH: ClassVar[tuple[str, ...]] = ("model", "mpp")
+    mpp: MPPConfig = field(default_factory=MPPConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    monitor: MPPMonitorConfig = field(default_factory=MPPMonitorConfig)
+
+
+@dataclass
+class SupervisedRunConfig(TrainingRunConfig):
+    """Everything one supervised pre-training run needs (recipes/supervised.py)."""
+
+    RESUME_MUST_MATCH: ClassVar[tuple[str, ...]] = ("model", "classifier")
+    classifier: ClassifierConfig = field(default_factory=ClassifierConfig)
+    train: TrainConfig = field(default_factory=supervised_training)
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+
+
+@dataclass
+class FinetuneRunConfig(TrainingRunConfig):
+    """Everything one fine-tuning run needs (recipes/finetune.py)."""
+
+    RESUME_MUST_MATCH: ClassVar[tuple[str, ...]] = ("init", "model", "classifier", "finetune")
+    # The starting weights: a run directory or its export/ folder from recipes/mpp.py or recipes/supervised.py,
+    # local-dir:<timm folder>, or a checkpoint file (.safetensors, .pth, .bin). Empty: from scratch, the baseline.
+    # With a folder, the encoder's architecture is the folder's; model.img_size still sets the resolution.
+    init: str = ""
+    classifier: ClassifierConfig = field(default_factory=finetune_classifier)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    train: TrainConfig = field(default_factory=finetune_training)
+
+
+@dataclass
+class EvaluationRunConfig(RunConfig):
+    """What every evaluation of a frozen encoder needs (eval/)."""
+
+    # The encoder: a run directory or its export/ folder (recipes/mpp.py, supervised.py, finetune.py),
+    # local-dir:<timm folder> or a checkpoint file. Empty: a randomly initialised encoder (seeded), the baseline.
+    init: str = ""
+    eval: EvaluationConfig = field(default_factory=EvaluationConfig)
+
+
+@dataclass
+class FewShotRunConfig(EvaluationRunConfig):
+    """eval/few_shot.py."""
+
+    few_shot: FewShotConfig = field(default_factory=FewShotConfig)
+
+
+@dataclass
+class LinearProbeRunConfig(EvaluationRunConfig):
+    """eval/linear_probe.py."""
+
+    linear_probe: LinearProbeConfig = field(default_factory=LinearProbeConfig)
+
+
+@dataclass
+class KnnRunConfig(EvaluationRunConfig):
+    """eval/knn.py."""
+
+    knn: KnnConfig = field(default_factory=KnnConfig)
+
+
+@dataclass
+class InspectionRunConfig(EvaluationRunConfig):
+    """eval/inspect_encoder.py."""
+
+    inspect: InspectionConfig = field(default_factory=InspectionConfig)
