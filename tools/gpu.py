@@ -91,12 +91,12 @@ def dry_run_plan() -> Plan:
             "data.num_workers=1",  # as on a GPU: the SIGTERM to the process group reaches a loader worker too
             *NO_MONITORS)
     return Plan(dry_run=True, preset="recipes/configs/mpp_tiny_cpu.yaml", precision="fp32", batches=(8,),
-                step_modes=("eager",),  # compiling for the CPU costs minutes; tests/test_recipe_mpp.py compiles
+                step_modes=("eager",),  # compiling for the CPU costs minutes; tests/recipes/test_recipe_mpp.py compiles
                 step_args=("--steps", "1", "--repeats", "1", "--warmup", "1"),
                 profile_args=("--steps", "1", "--warmup", "1"), jpegs=16, short_side=40,
                 pretrain=tiny, stop_after_s=3,
                 loader_args=("--workers", "0", "--seconds", "0.2", "--imagenet-images", "8", "--rounds", "1"),
-                tests=("tests/test_schedule.py", "tests/test_checkpoint.py", "tests/test_multi_process.py",
+                tests=("tests/training/test_schedule.py", "tests/training/test_checkpoint.py", "tests/recipes/test_multi_process.py",
                        "-k", "schedule or keep_the_newest or fsdp-1-on-cpu"),
                 limits_s={"tests": 300, "step": 300, "pretrain": 300, "loader": 300, "fsdp": 60, "profile": 120})
 

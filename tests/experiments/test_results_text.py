@@ -18,7 +18,7 @@ from mpp.evaluation.statistics import describe_difference, paired_difference
 from mpp.experiments.curve import pretraining_curve
 from mpp.experiments.reproduction import reproduce
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "results.md"
 SECTION = re.compile(r"<!-- results: (\S+) -->\n(.*?)<!-- /results: \1 -->", flags=re.S)
 # A bracketed interval of two signed figures, as the tables and the prose write it.

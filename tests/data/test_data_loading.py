@@ -18,7 +18,7 @@ from mpp.data.loading import build_dataset, build_loader, warn_if_tested_on_trai
 from mpp.data.sources import DataError
 from tests.launching import NO_MPP_MONITORS, ROOT, TINY, launch
 
-SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPTS = Path(__file__).parents[1] / "scripts"
 
 
 def folder_with_broken_files(root: Path, good: int, broken: int) -> Path:

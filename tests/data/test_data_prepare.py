@@ -13,7 +13,7 @@ from mpp.data.image_source import decode, open_image
 from mpp.data.prepare import RECORD, Settings, prepare
 from mpp.data.sources import open_source
 from mpp.errors import DataError
-from tests.test_data_views import photo_like_jpeg
+from tests.data.test_data_views import photo_like_jpeg
 
 
 def photo_folder(root: Path) -> Path:
