@@ -18,37 +18,26 @@ An experiment that stopped is continued by running the same command again: finis
 from __future__ import annotations
 
 import logging
-import statistics
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import yaml
 
 from mpp.config.runs import FinetuneRunConfig
 from mpp.config_loading import build_config, config_to_dict
 from mpp.errors import RunError
-from mpp.evaluation.statistics import paired_difference
 from mpp.experiments.class_balance import class_balance
 from mpp.experiments.config import ReproductionConfig, ReproductionRow
-from mpp.experiments.publishing import (
-    Comparison,
-    comparison_table,
-    copy_to_publish_dir,
-    holm_summary,
-    markdown_table,
-    mean_std,
-    percent,
-    publish_table,
-)
+from mpp.experiments.publishing import copy_to_publish_dir, publish_table
+from mpp.experiments.reproduction_plots import plot_results
+from mpp.experiments.reproduction_tables import BASELINES, READOUTS, results_table, rows_at_chance
 from mpp.experiments.runner import EVALUATIONS, Run, recipe_command, run_experiment
 from mpp.run.directory import read_metrics
 
 logger = logging.getLogger(__name__)
 
-
 PIXELS_ROW = "pixels"  # few-shot regression on the normalised pixels themselves: no encoder at all
 
-BASELINES = {"linear_probe": "logistic regression on raw pixels", "knn": "kNN on raw pixels (cosine)"}
 
 
 def finetuning_class_balance(cfg: ReproductionConfig) -> dict[str, Any]:
@@ -56,10 +45,12 @@ def finetuning_class_balance(cfg: ReproductionConfig) -> dict[str, Any]:
     return class_balance(FinetuneRunConfig, cfg.finetune_preset, (*cfg.data, *cfg.encoder, *cfg.finetune))
 
 
+
 def labelled_images_per_class(cfg: ReproductionConfig) -> int:
     """The labelled training images per class that fine-tuning uses (``data.shots_per_class``; 0: all)."""
     overrides = (*cfg.data, *cfg.encoder, *cfg.finetune)
     return build_config(FinetuneRunConfig, cfg.finetune_preset, overrides).data.shots_per_class
+
 
 
 def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
@@ -123,10 +114,12 @@ def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
     return baselines + pretraining + evaluation
 
 
+
 def other_readout(row: ReproductionRow) -> str:
     """The readout ``eval.features=auto`` leaves out for ``row``'s encoder: auto reads MPP's by the mean patch token
     (MPP trains no [class] token output) and any other by its [class] token."""
     return "token" if row.pretraining == "mpp" else "avg"
+
 
 
 def few_shot_curve(directory: Path, shots: int) -> list[tuple[int, float]]:
@@ -143,9 +136,11 @@ def few_shot_curve(directory: Path, shots: int) -> list[tuple[int, float]]:
     return sorted(points.items())
 
 
+
 def few_shot_means(directory: Path, measure: str = "mean") -> dict[str, float]:
     """A few-shot run's mean accuracy (``balanced_mean``: balanced accuracy) per number of shots."""
     return {shots: scores[measure] for shots, scores in read_metrics(directory)["few_shot"].items()}
+
 
 
 def few_shot_over_seeds(directories: list[Path], measure: str = "mean") -> dict[str, list[float]]:
@@ -154,9 +149,11 @@ def few_shot_over_seeds(directories: list[Path], measure: str = "mean") -> dict[
     return {shots: [run[shots] for run in runs] for shots in runs[0]}
 
 
+
 def by_readout(*runs_per_readout: list[Path], measure: str) -> dict[str, dict[str, list[float]]]:
     """{readout: {shots: [each seed's ``measure``]}} of few-shot runs, one list of runs per readout."""
     return {read_metrics(runs[0])["features"]: few_shot_over_seeds(runs, measure) for runs in runs_per_readout}
+
 
 
 def frozen_fits(output_dir: Path, row: ReproductionRow, seeds: list[int]) -> dict[str, Any]:
@@ -169,6 +166,7 @@ def frozen_fits(output_dir: Path, row: ReproductionRow, seeds: list[int]) -> dic
             fits.setdefault(script, {})[readout] = {measure: [run[f"test_{measure}"] for run in runs]
                                                     for measure in ("accuracy", "balanced_accuracy")}
     return fits
+
 
 
 def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
@@ -222,314 +220,10 @@ def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
             **finetuning_class_balance(cfg)}
 
 
+
 class BrokenBaseline(RunError):
     """A row of the grid stayed at chance: a baseline that does not train is a bug, not a result."""
 
-
-def rows_at_chance(results: dict[str, Any], margin: float) -> list[str]:
-    """The rows whose mean fine-tuned test accuracy, balanced where recorded (always answering one class then scores
-    chance, however large the class), lies within ``margin`` of chance (1 / classes); none for a margin of 0."""
-    chance, key = 1 / results["classes"], headline(results)
-    return [f"{row['label']} ({100 * statistics.fmean(row[key]):.1f}%, chance {100 * chance:.1f}%)"
-            for row in results["rows"].values()
-            if margin > 0 and abs(statistics.fmean(row[key]) - chance) <= margin]
-
-
-def headline(results: dict[str, Any]) -> str:
-    """The fine-tuned figure the claims and the chance check read: balanced accuracy where the results hold it."""
-    row = next(iter(results["rows"].values()))
-    return "finetune_balanced_accuracy" if "finetune_balanced_accuracy" in row else "finetune_accuracy"
-
-
-READOUTS = {"token": "[class] token", "avg": "mean patch token"}  # eval.features: what a frozen encoder is read by
-
-
-def learning_rates(rates: list[float]) -> str:
-    """Each chosen learning rate and how many seeds chose it: "0.1 x4, 0.3 x1"."""
-    return ", ".join(f"{rate:g} x{rates.count(rate)}" for rate in sorted(set(rates)))
-
-
-def accuracy_table(results: dict[str, Any], balanced: bool) -> list[str]:
-    """Every row's fine-tuned and few-shot accuracy (``balanced``: balanced accuracy), with the chosen learning rates
-    where recorded, then the raw pixels and always answering the largest class."""
-    rows, shots, suffix = results["rows"], few_shot_shots(results), "_balanced" if balanced else ""
-    rates = not balanced and "finetune_lr" in next(iter(rows.values()))
-    header = [f"Starting point: {'balanced accuracy' if balanced else 'accuracy'}",
-              f"Fine-tuned, {labels_used(results)}",
-              *(["learning rate (seeds)"] if rates else []), *(f"{k}-shot" for k in shots)]
-    body = [[row["label"], percent(row[f"finetune{suffix}_accuracy"]),
-             *([learning_rates(row["finetune_lr"])] if rates else []),
-             *(percent(row[f"few_shot{suffix}_accuracy"][k]) for k in shots)] for row in rows.values()]
-    pixels = results["pixels"][f"few_shot{suffix}_accuracy"]
-    body.append(["raw pixels, no encoder", "—", *(["—"] if rates else []), *(percent(pixels[k]) for k in shots)])
-    # Always answering the largest class: its share of the test images, and chance in balanced accuracy.
-    floor = f"{100 / results['classes'] if balanced else 100 * results['majority_class_accuracy']:.1f}"
-    body.append([f"always the largest class (chance: {100 / results['classes']:.1f})", floor,
-                 *(["—"] if rates else []), *(floor for _ in shots)])
-    return markdown_table(header, body)
-
-
-def readout_table(results: dict[str, Any]) -> list[str]:
-    """Every row's few-shot accuracy through both readouts of its frozen encoder."""
-    shots = few_shot_shots(results)
-    header = ["Few-shot accuracy by readout", *(f"{k}-shot, {READOUTS[readout]}" for k in shots
-                                                for readout in READOUTS)]
-    return markdown_table(header, [[row["label"], *(percent(row["few_shot_by_readout"][readout][k]) for k in shots
-                                                    for readout in READOUTS)] for row in results["rows"].values()])
-
-
-FROZEN_FITS = {"linear_probe": "logistic regression", "knn": "kNN"}
-
-
-def frozen_table(results: dict[str, Any]) -> list[str]:
-    """Every row's frozen encoder through both readouts, logistic regression and kNN fitted to the labelled images,
-    in balanced accuracy; then the same fits on the raw pixels, and chance."""
-    pixels = results["pixels"]
-    header = [f"Frozen, {labels_used(results)}: balanced accuracy",
-              *(f"{FROZEN_FITS[script]}, {READOUTS[readout]}" for script in BASELINES for readout in READOUTS)]
-    body = [[row["label"], *(percent(row["frozen_labelled"][script][readout]["balanced_accuracy"])
-                             for script in BASELINES for readout in READOUTS)] for row in results["rows"].values()]
-    body.append(["raw pixels, no encoder", *(percent(pixels[f"{script}_labelled_balanced"]) for script in BASELINES
-                                             for _ in READOUTS)])
-    body.append(["chance", *(f"{100 / results['classes']:.1f}" for _ in BASELINES for _ in READOUTS)])
-    return markdown_table(header, body)
-
-
-Readings = dict[str, dict[str, list[float]]]  # {column: {measure: one value per seed}}
-BALANCED, PLAIN = "balanced accuracy", "accuracy"
-
-
-def measures_read(results: dict[str, Any]) -> list[str]:
-    """The measures a comparison reads, in order of preference: balanced accuracy first where the results record it
-    (always answering one class cannot lift it above chance)."""
-    return [BALANCED, PLAIN] if headline(results) == "finetune_balanced_accuracy" else [PLAIN]
-
-
-def both_measures(plain: Optional[list[float]], balanced: Optional[list[float]]) -> dict[str, list[float]]:
-    return {measure: values for measure, values in ((PLAIN, plain), (BALANCED, balanced)) if values is not None}
-
-
-def few_shot_readings(results: dict[str, Any], row: dict[str, Any]) -> Readings:
-    """``row``'s few-shot figures per column: one per number of shots and readout where the results hold both
-    readouts, so that two rows compare like with like. Balanced accuracy where recorded: for every readout, or (in
-    results written before that) for the readout ``eval.features=auto`` chose, MPP's mean patch token and any other
-    encoder's [class] token."""
-    shots = few_shot_shots(results)
-    if "few_shot_by_readout" not in row:
-        return {f"{k}-shot": both_measures(row["few_shot_accuracy"][k], row.get("few_shot_balanced_accuracy", {}).get(k))
-                for k in shots}
-    auto = "avg" if row["pretraining"] == "mpp" else "token"
-    balanced = row.get("few_shot_balanced_by_readout") or (
-        {auto: row["few_shot_balanced_accuracy"]} if "few_shot_balanced_accuracy" in row else {})
-    return {f"{k}-shot, {READOUTS[readout]}": both_measures(row["few_shot_by_readout"][readout][k],
-                                                           balanced.get(readout, {}).get(k))
-            for k in shots for readout in READOUTS}
-
-
-def frozen_readings(row: dict[str, Any]) -> Readings:
-    """``row``'s frozen fits to the labelled images, per fit and readout."""
-    return {f"{FROZEN_FITS[script]}, {READOUTS[readout]}":
-            both_measures(row["frozen_labelled"][script][readout]["accuracy"],
-                          row["frozen_labelled"][script][readout]["balanced_accuracy"])
-            for script in BASELINES for readout in READOUTS}
-
-
-def finetuned_readings(row: dict[str, Any]) -> Readings:
-    return {"Fine-tuned": both_measures(row["finetune_accuracy"], row.get("finetune_balanced_accuracy"))}
-
-
-def pixel_readings(results: dict[str, Any], columns: list[str]) -> Readings:
-    """The raw pixels' figures under each of ``columns`` (fine-tuned: logistic regression on the same labelled
-    images; the pixels have no readout, so the same figures under both), only where they vary with the seed as the
-    rows' do (a fit to all the labels is made once)."""
-    pixels, seeds = results["pixels"], len(results["seeds"])
-
-    def fit(script: str) -> dict[str, list[float]]:
-        return both_measures(pixels.get(f"{script}_labelled"), pixels.get(f"{script}_labelled_balanced"))
-
-    readings: Readings = {}
-    for column in columns:
-        script = next((name for name, label in FROZEN_FITS.items() if column.startswith(label)), None)
-        shots = column.split("-shot")[0]
-        readings[column] = (fit("linear_probe") if column == "Fine-tuned" else fit(script) if script else
-                            both_measures(pixels["few_shot_accuracy"].get(shots),
-                                          pixels.get("few_shot_balanced_accuracy", {}).get(shots)))
-    return {column: {measure: values for measure, values in figures.items() if len(values) == seeds}
-            for column, figures in readings.items()}
-
-
-def compare(results: dict[str, Any], finding: str, better: Readings, worse: Readings) -> list[Comparison]:
-    """``better`` - ``worse`` in every column both read, by the first of measures_read both sides record."""
-    comparisons = []
-    for column, figures in better.items():
-        measure = next((m for m in measures_read(results) if m in figures and m in worse.get(column, {})), None)
-        if measure:
-            difference = paired_difference(figures[measure], worse[column][measure], scale=100)
-            comparisons.append(Comparison(finding, column, measure, difference))
-    return comparisons
-
-
-def claim_comparisons(results: dict[str, Any]) -> list[Comparison]:
-    """Each claim as the paired difference of its two rows, fine-tuned and few-shot through each readout (the same on
-    both sides)."""
-    rows = results["rows"]
-
-    def readings(row: dict[str, Any]) -> Readings:
-        return finetuned_readings(row) | few_shot_readings(results, row)
-
-    return [comparison for claim in results["claims"]
-            for comparison in compare(results, claim["claim"], readings(rows[claim["better"]]),
-                                      readings(rows[claim["worse"]]))]
-
-
-def encoder_comparisons(results: dict[str, Any]) -> list[Comparison]:
-    """The first MPP row's frozen encoder against the encoder at initialisation (the from-scratch row, read frozen)
-    and against the raw pixels, through every fit and readout, like with like; and its fine-tuned figure against
-    logistic regression on the pixels of the same labelled images. None where the grid lacks either row or the
-    results hold no frozen fits."""
-    rows = list(results["rows"].values())
-    mpp = next((row for row in rows if row["pretraining"] == "mpp"), None)
-    initial = next((row for row in rows if row["pretraining"] is None), None)
-    if mpp is None or initial is None or "frozen_labelled" not in mpp:
-        return []
-    ours = finetuned_readings(mpp) | frozen_readings(mpp) | few_shot_readings(results, mpp)
-    at_init = frozen_readings(initial)  # few-shot against initialisation is the first claim's: not read twice
-    return (compare(results, f"{mpp['label']} beats the encoder at initialisation", ours, at_init)
-            + compare(results, f"{mpp['label']} beats the raw pixels", ours, pixel_readings(results, list(ours))))
-
-
-def claims_tables(results: dict[str, Any]) -> list[str]:
-    """The claims, the first MPP encoder against initialisation and the pixels, and the Holm line over both."""
-    preferred = measures_read(results)[0]
-    fallback = f"; where a side lacks it, {PLAIN}, marked" if preferred == BALANCED else ""
-    claims, encoder = claim_comparisons(results), encoder_comparisons(results)
-    lines = comparison_table(f"The paper's claim ({preferred}{fallback})", claims, preferred)
-    if encoder:
-        lines += comparison_table(f"Against what it should beat ({preferred}{fallback})", encoder, preferred)
-    return lines + holm_summary(claims + encoder)
-
-
-def reference_table(results: dict[str, Any]) -> list[str]:
-    """The references on the same training images: raw pixels, and the ViT trained with the labels alone."""
-    rows, pixels = results["rows"], results["pixels"]
-    # Fine-tuning on a few labels: a column for those and one for all of them; on all the labels, one column.
-    columns = ["labelled", "all"] if results["labelled_per_class"] else ["all"]
-    header = ["Reference on the same training images",
-              *([f"{labels_used(results)} ({pixels['labelled_images']:,} images)"] if len(columns) == 2 else []),
-              f"all {pixels['all_images']:,} labels"]
-    body = [[label + (f", k={pixels['knn_k']}" if script == "knn" else ""),
-             *(percent(pixels[f"{script}_{labels}"]) for labels in columns)] for script, label in BASELINES.items()]
-    scratch = next(row for row in rows.values() if row["pretraining"] is None)
-    steps = f" ({scratch['finetune_steps'][0]:,} steps)" if "finetune_steps" in scratch else ""
-    supervised = results["supervised_test_accuracy"]
-    if len(columns) == 2:  # the supervised row's pre-training, scored with its own head, trained on all the labels
-        body.append([f"the ViT from scratch: fine-tuning recipe{steps}; supervised pre-training with its own head",
-                     percent(scratch["finetune_accuracy"]), percent(supervised) if supervised else "—"])
-    else:
-        body.append([f"the ViT from scratch: fine-tuning recipe{steps}", percent(scratch["finetune_accuracy"])])
-    return markdown_table(header, body)[:-1]
-
-
-def labels_used(results: dict[str, Any]) -> str:
-    """The labels fine-tuning used: "100 labels per class", or "all labels"."""
-    per_class = results["labelled_per_class"]
-    return f"{per_class} labels per class" if per_class else "all labels"
-
-
-def few_shot_shots(results: dict[str, Any]) -> list[str]:
-    return list(next(iter(results["rows"].values()))["few_shot_accuracy"])
-
-
-def results_table(results: dict[str, Any]) -> str:
-    """Markdown: every row's accuracies (mean ± standard deviation over the seeds, in %) and, where recorded, its
-    balanced accuracies, chosen learning rates, both readouts and frozen fits; each claim; and the references on the
-    same images: raw pixels, and the ViT trained from scratch with the labels alone."""
-    recorded = next(iter(results["rows"].values()))
-    lines = accuracy_table(results, balanced=False)
-    lines += accuracy_table(results, balanced=True) if "finetune_balanced_accuracy" in recorded else []
-    lines += readout_table(results) if "few_shot_by_readout" in recorded else []
-    lines += frozen_table(results) if "frozen_labelled" in recorded else []
-    return "\n".join(lines + claims_tables(results) + reference_table(results)) + "\n"
-
-
-COLOURS = {None: "C7", "mpp": "C0", "supervised": "C1"}  # bars by kind of pre-training
-
-
-def plot_results(results: dict[str, Any], output_dir: Path) -> list[Path]:
-    """finetune_accuracy.png (every row, each seed a dot, in the claims' measure: balanced accuracy where recorded;
-    the raw-pixel baselines on the same labelled images, chance and, in plain accuracy, the largest class as lines)
-    and few_shot_during_pretraining.png (where monitored)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = list(results["rows"].values())
-    measure, values, references = finetune_plot_figures(results)
-    figure, axes = plt.subplots(figsize=(7, 3.6), layout="constrained")
-    for y, row in enumerate(rows):
-        mean, std = mean_std(values[y])
-        axes.barh(y, mean, xerr=std, color=COLOURS[row["pretraining"]], alpha=0.6, capsize=3)
-        axes.plot(values[y], [y] * len(values[y]), "k.", markersize=5)
-    for (label, value), style in zip(references.items(), ("--", ":", "-.")):
-        axes.axvline(value, color="k", linestyle=style, linewidth=1, label=label)
-    axes.axvline(100 / results["classes"], color="0.6", linewidth=1, label="chance")
-    figure.legend(fontsize="small", loc="outside lower center", ncols=2)
-    axes.set_yticks(range(len(rows)), [row["label"] for row in rows])
-    axes.invert_yaxis()
-    axes.set_xlabel(f"test {measure} after fine-tuning (%), {len(results['seeds'])} seeds")
-    axes.set_xlim(0, 100)  # from 0: differences read at their size
-    paths = [output_dir / "finetune_accuracy.png"]
-    figure.savefig(paths[0], dpi=120)
-    plt.close(figure)
-
-    curves, chance = monitor_plot_figures(results)
-    if curves:
-        figure, axes = plt.subplots(figsize=(7, 3.6), layout="constrained")
-        for label, (images, means) in curves.items():
-            axes.plot(images, means, marker=".", label=label)
-        axes.axhline(chance, color="0.6", linewidth=1, label="chance")
-        axes.set_xlabel("pre-training images seen")
-        shots = next(row["few_shot_during_pretraining_shots"] for row in rows if row["few_shot_during_pretraining"])
-        axes.set_ylabel(f"{shots}-shot accuracy (%), "
-                        f"mean of {len(results['seeds'])} seeds")
-        axes.set_ylim(0, None)  # from 0: differences read at their size
-        # The monitor scores a slice of the training split, whose labels supervised pre-training has trained on.
-        axes.set_title("during pre-training, on a fixed slice of the training split", fontsize="medium")
-        axes.legend(fontsize="small")
-        paths.append(output_dir / "few_shot_during_pretraining.png")
-        figure.savefig(paths[-1], dpi=120)
-        plt.close(figure)
-    return paths
-
-
-def monitor_plot_figures(results: dict[str, Any]) -> tuple[dict[str, tuple[list[int], list[float]]], float]:
-    """What few_shot_during_pretraining.png draws: each monitored row's curve (images seen, accuracy in % averaged
-    over the seeds, as far as every seed's curve reaches) and chance, the line to read them against. The monitor's
-    slice holds the same number of images of every class, so always answering the largest class scores chance."""
-    curves = {}
-    for row in results["rows"].values():
-        if row["few_shot_during_pretraining"]:
-            seeds = list(row["few_shot_during_pretraining"].values())
-            length = min(len(curve) for curve in seeds)
-            curves[row["label"]] = ([point[0] for point in seeds[0][:length]],
-                                    [100 * statistics.fmean(curve[i][1] for curve in seeds) for i in range(length)])
-    return curves, 100 / results["classes"]
-
-
-def finetune_plot_figures(results: dict[str, Any]) -> tuple[str, list[list[float]], dict[str, float]]:
-    """What finetune_accuracy.png draws, in % and in the claims' measure (balanced accuracy where recorded): that
-    measure's name, each row's value per seed, and the reference lines: the raw-pixel fits to the same labelled images
-    and, in plain accuracy only, always answering the largest class (in balanced accuracy that scores chance, drawn
-    anyway)."""
-    key = headline(results)
-    balanced = key == "finetune_balanced_accuracy"
-    values = [[100 * value for value in row[key]] for row in results["rows"].values()]
-    references = {BASELINES[script]: 100 * statistics.fmean(
-        results["pixels"][f"{script}_labelled{'_balanced' if balanced else ''}"]) for script in BASELINES}
-    if not balanced:
-        references["always the largest class"] = 100 * results["majority_class_accuracy"]
-    return ("balanced accuracy" if balanced else "accuracy"), values, references
 
 
 def publish(cfg: ReproductionConfig, results: dict[str, Any], folder: Path) -> dict[str, Any]:
@@ -540,6 +234,7 @@ def publish(cfg: ReproductionConfig, results: dict[str, Any], folder: Path) -> d
     plots = plot_results(results, folder)
     copy_to_publish_dir(cfg, folder, plots)
     return {**results, "table": table, "plots": [str(path) for path in plots]}
+
 
 
 def reproduce(cfg: ReproductionConfig, repository: Path) -> dict[str, Any]:

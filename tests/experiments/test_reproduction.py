@@ -26,14 +26,9 @@ from mpp.config.runs import (
 from mpp.config_loading import build_config
 from mpp.errors import ConfigError
 from mpp.experiments.config import PAPER_CLAIMS, PAPER_ROWS, ReproductionConfig
-from mpp.experiments.reproduction import (
-    finetune_plot_figures,
-    monitor_plot_figures,
-    plan_runs,
-    reproduce,
-    results_table,
-    rows_at_chance,
-)
+from mpp.experiments.reproduction import plan_runs, reproduce
+from mpp.experiments.reproduction_plots import finetune_plot_figures, monitor_plot_figures
+from mpp.experiments.reproduction_tables import results_table, rows_at_chance
 from mpp.experiments.runner import Run, RunFailed, claim_experiment, execute
 from tests.launching import ROOT
 
