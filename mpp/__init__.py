@@ -3,7 +3,7 @@
 Start at ``recipes/mpp.py`` for a whole run; ``mpp.models.masked_patch_prediction`` holds the objective. Imports flow
 one way, each layer using only those before it (tests/test_architecture.py holds the package to it):
 
-    config  ->  run  ->  data, models  ->  training, evaluation  ->  command_line, reproduction  ->  benchmark
+    config  ->  run  ->  data, models  ->  training, evaluation  ->  command_line, experiments  ->  benchmark
 """
 
 from importlib.metadata import version

@@ -1,7 +1,8 @@
 """The models: timm's Vision Transformer and what is trained on it.
 
-- ``encoder.py``: ``create_encoder`` (any timm ViT, sizes overridable) and ``ImageEncoder``, the one path from raw
-  images to features (normalise -> ViT -> pool) that every model and evaluation shares.
+- ``encoder.py``: ``create_encoder`` (any timm ViT, sizes overridable) and ``BuiltOnEncoder``, what every model is
+  built on the same way, with the one path from raw images to features (normalise -> ViT -> pool); ``ImageEncoder``
+  reads an encoder frozen.
 - ``masked_patch_prediction.py``: the MPP model, which owns its objective: corrupt, encode, predict, loss.
 - ``corruption.py``: BERT-style corruption of patch embeddings, drawn, then applied.
 - ``targets.py``: what MPP predicts per patch, one object per kind (mean colour, downsized patch, pixels).

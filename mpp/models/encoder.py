@@ -1,6 +1,6 @@
 """The encoder: timm's VisionTransformer, built by name with optional explicit sizes (paper Sec. 3.1, Table 1), and
-``ImageEncoder``, the one path from raw images to features that MPP, the classifier and frozen evaluation share:
-normalise -> ViT -> pool."""
+``BuiltOnEncoder``, what MPP, the classifier and the frozen ``ImageEncoder`` are each built on the same way, with the
+one path from raw images to features they share: normalise -> ViT -> pool."""
 
 from __future__ import annotations
 
