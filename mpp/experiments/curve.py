@@ -144,7 +144,8 @@ def curve_table(results: dict[str, Any]) -> str:
             continue
         lines += ["", f"| {title} {header}", "|---|" + "---|" * len(measures)]
         for longer, shorter in pairs:
-            row = [Comparison(f"{length_label(longer)} over {'initialisation' if shorter == '0' else length_label(shorter)}", measure_label(measure), "",
+            finding = f"{length_label(longer)} over {'initialisation' if shorter == '0' else length_label(shorter)}"
+            row = [Comparison(finding, measure_label(measure), "",
                               paired_difference(curve[longer][measure], curve[shorter][measure], scale=100))
                    for measure in measures]
             label = length_label(longer) if shorter == "0" else f"against {length_label(shorter)}"

@@ -1,6 +1,6 @@
-"""What an experiment publishes: its tables (figures as mean ± standard deviation, comparisons as paired differences with
-their 95% intervals and a Holm correction across them), results.md, copies in ``publish_dir`` and its section of a
-results page (``results_page``, between ``<!-- results: <name> -->`` and ``<!-- /results: <name> -->``).
+"""What an experiment publishes: its tables (figures as mean ± standard deviation, comparisons as paired differences
+with their 95% intervals and a Holm correction across them), results.md, copies in ``publish_dir`` and its section of
+a results page (``results_page``, between ``<!-- results: <name> -->`` and ``<!-- /results: <name> -->``).
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ def comparison_table(title: str, comparisons: list[Comparison], preferred: str) 
     read by another measure than ``preferred`` says so."""
     columns = list(dict.fromkeys(comparison.column for comparison in comparisons))
     columns.sort(key=lambda column: column != "Fine-tuned")  # fine-tuned first, the rest as they came
-    cells = {(comparison.finding, comparison.column): measured_cell(comparison, preferred) for comparison in comparisons}
+    cells = {(comparison.finding, comparison.column): measured_cell(comparison, preferred)
+             for comparison in comparisons}
     findings = list(dict.fromkeys(comparison.finding for comparison in comparisons))
     body = [[finding, *(cells.get((finding, column), "—") for column in columns)] for finding in findings]
     return markdown_table([title, *columns], body, left_columns=len(columns) + 1)

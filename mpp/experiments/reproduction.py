@@ -3,10 +3,10 @@
 Four claims: MPP pre-training beats training from scratch after fine-tuning; it stays behind supervised
 pre-training; the L2 pixel target is slightly worse than the colour targets; a 15% corruption rate is slightly
 worse than 50%. The grid's rows and claims are the config's (``rows``, ``claims``: by default the paper's,
-``mpp.experiments.config.PAPER_ROWS`` and ``PAPER_CLAIMS``; a preset may list others). Each row is pre-trained (or not), then
-fine-tuned on a few labels, and its frozen features scored through both readouts by few-shot linear regression and
-by logistic regression and kNN on the fine-tuning labels, once per seed; beside them, the same protocols on the raw
-pixels (few-shot ridge regression, logistic regression, kNN) say what a model
+``mpp.experiments.config.PAPER_ROWS`` and ``PAPER_CLAIMS``; a preset may list others). Each row is pre-trained (or
+not), then fine-tuned on a few labels, and its frozen features scored through both readouts by few-shot linear
+regression and by logistic regression and kNN on the fine-tuning labels, once per seed; beside them, the same
+protocols on the raw pixels (few-shot ridge regression, logistic regression, kNN) say what a model
 must beat. Every run is an ordinary run of a
 recipe in a subprocess, with a command line a researcher can rerun alone, and its own run directory under
 ``output_dir``.
@@ -39,18 +39,15 @@ logger = logging.getLogger(__name__)
 PIXELS_ROW = "pixels"  # few-shot regression on the normalised pixels themselves: no encoder at all
 
 
-
 def finetuning_class_balance(cfg: ReproductionConfig) -> dict[str, Any]:
     """``class_balance`` of the test split every row is scored on (fine-tuning's data)."""
     return class_balance(FinetuneRunConfig, cfg.finetune_preset, (*cfg.data, *cfg.encoder, *cfg.finetune))
-
 
 
 def labelled_images_per_class(cfg: ReproductionConfig) -> int:
     """The labelled training images per class that fine-tuning uses (``data.shots_per_class``; 0: all)."""
     overrides = (*cfg.data, *cfg.encoder, *cfg.finetune)
     return build_config(FinetuneRunConfig, cfg.finetune_preset, overrides).data.shots_per_class
-
 
 
 def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
@@ -114,12 +111,10 @@ def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
     return baselines + pretraining + evaluation
 
 
-
 def other_readout(row: ReproductionRow) -> str:
     """The readout ``eval.features=auto`` leaves out for ``row``'s encoder: auto reads MPP's by the mean patch token
     (MPP trains no [class] token output) and any other by its [class] token."""
     return "token" if row.pretraining == "mpp" else "avg"
-
 
 
 def few_shot_curve(directory: Path, shots: int) -> list[tuple[int, float]]:
@@ -136,11 +131,9 @@ def few_shot_curve(directory: Path, shots: int) -> list[tuple[int, float]]:
     return sorted(points.items())
 
 
-
 def few_shot_means(directory: Path, measure: str = "mean") -> dict[str, float]:
     """A few-shot run's mean accuracy (``balanced_mean``: balanced accuracy) per number of shots."""
     return {shots: scores[measure] for shots, scores in read_metrics(directory)["few_shot"].items()}
-
 
 
 def few_shot_over_seeds(directories: list[Path], measure: str = "mean") -> dict[str, list[float]]:
@@ -149,11 +142,9 @@ def few_shot_over_seeds(directories: list[Path], measure: str = "mean") -> dict[
     return {shots: [run[shots] for run in runs] for shots in runs[0]}
 
 
-
 def by_readout(*runs_per_readout: list[Path], measure: str) -> dict[str, dict[str, list[float]]]:
     """{readout: {shots: [each seed's ``measure``]}} of few-shot runs, one list of runs per readout."""
     return {read_metrics(runs[0])["features"]: few_shot_over_seeds(runs, measure) for runs in runs_per_readout}
-
 
 
 def frozen_fits(output_dir: Path, row: ReproductionRow, seeds: list[int]) -> dict[str, Any]:
@@ -166,7 +157,6 @@ def frozen_fits(output_dir: Path, row: ReproductionRow, seeds: list[int]) -> dic
             fits.setdefault(script, {})[readout] = {measure: [run[f"test_{measure}"] for run in runs]
                                                     for measure in ("accuracy", "balanced_accuracy")}
     return fits
-
 
 
 def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
@@ -220,10 +210,8 @@ def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
             **finetuning_class_balance(cfg)}
 
 
-
 class BrokenBaseline(RunError):
     """A row of the grid stayed at chance: a baseline that does not train is a bug, not a result."""
-
 
 
 def publish(cfg: ReproductionConfig, results: dict[str, Any], folder: Path) -> dict[str, Any]:
@@ -234,7 +222,6 @@ def publish(cfg: ReproductionConfig, results: dict[str, Any], folder: Path) -> d
     plots = plot_results(results, folder)
     copy_to_publish_dir(cfg, folder, plots)
     return {**results, "table": table, "plots": [str(path) for path in plots]}
-
 
 
 def reproduce(cfg: ReproductionConfig, repository: Path) -> dict[str, Any]:

@@ -14,7 +14,6 @@ from mpp.experiments.reproduction_tables import BASELINES, headline
 COLOURS = {None: "C7", "mpp": "C0", "supervised": "C1"}  # bars by kind of pre-training
 
 
-
 def plot_results(results: dict[str, Any], output_dir: Path) -> list[Path]:
     """finetune_accuracy.png (every row, each seed a dot, in the claims' measure: balanced accuracy where recorded;
     the raw-pixel baselines on the same labelled images, chance and, in plain accuracy, the largest class as lines)
@@ -63,7 +62,6 @@ def plot_results(results: dict[str, Any], output_dir: Path) -> list[Path]:
     return paths
 
 
-
 def monitor_plot_figures(results: dict[str, Any]) -> tuple[dict[str, tuple[list[int], list[float]]], float]:
     """What few_shot_during_pretraining.png draws: each monitored row's curve (images seen, accuracy in % averaged
     over the seeds, as far as every seed's curve reaches) and chance, the line to read them against. The monitor's
@@ -76,7 +74,6 @@ def monitor_plot_figures(results: dict[str, Any]) -> tuple[dict[str, tuple[list[
             curves[row["label"]] = ([point[0] for point in seeds[0][:length]],
                                     [100 * statistics.fmean(curve[i][1] for curve in seeds) for i in range(length)])
     return curves, 100 / results["classes"]
-
 
 
 def finetune_plot_figures(results: dict[str, Any]) -> tuple[str, list[list[float]], dict[str, float]]:

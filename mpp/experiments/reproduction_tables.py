@@ -14,7 +14,6 @@ from mpp.experiments.publishing import Comparison, comparison_table, holm_summar
 BASELINES = {"linear_probe": "logistic regression on raw pixels", "knn": "kNN on raw pixels (cosine)"}
 
 
-
 def rows_at_chance(results: dict[str, Any], margin: float) -> list[str]:
     """The rows whose mean fine-tuned test accuracy, balanced where recorded (always answering one class then scores
     chance, however large the class), lies within ``margin`` of chance (1 / classes); none for a margin of 0."""
@@ -24,22 +23,18 @@ def rows_at_chance(results: dict[str, Any], margin: float) -> list[str]:
             if margin > 0 and abs(statistics.fmean(row[key]) - chance) <= margin]
 
 
-
 def headline(results: dict[str, Any]) -> str:
     """The fine-tuned figure the claims and the chance check read: balanced accuracy where the results hold it."""
     row = next(iter(results["rows"].values()))
     return "finetune_balanced_accuracy" if "finetune_balanced_accuracy" in row else "finetune_accuracy"
 
 
-
 READOUTS = {"token": "[class] token", "avg": "mean patch token"}  # eval.features: what a frozen encoder is read by
-
 
 
 def learning_rates(rates: list[float]) -> str:
     """Each chosen learning rate and how many seeds chose it: "0.1 x4, 0.3 x1"."""
     return ", ".join(f"{rate:g} x{rates.count(rate)}" for rate in sorted(set(rates)))
-
 
 
 def accuracy_table(results: dict[str, Any], balanced: bool) -> list[str]:
@@ -62,7 +57,6 @@ def accuracy_table(results: dict[str, Any], balanced: bool) -> list[str]:
     return markdown_table(header, body)
 
 
-
 def readout_table(results: dict[str, Any]) -> list[str]:
     """Every row's few-shot accuracy through both readouts of its frozen encoder."""
     shots = few_shot_shots(results)
@@ -72,9 +66,7 @@ def readout_table(results: dict[str, Any]) -> list[str]:
                                                     for readout in READOUTS)] for row in results["rows"].values()])
 
 
-
 FROZEN_FITS = {"linear_probe": "logistic regression", "knn": "kNN"}
-
 
 
 def frozen_table(results: dict[str, Any]) -> list[str]:
@@ -91,11 +83,9 @@ def frozen_table(results: dict[str, Any]) -> list[str]:
     return markdown_table(header, body)
 
 
-
 Readings = dict[str, dict[str, list[float]]]  # {column: {measure: one value per seed}}
 
 BALANCED, PLAIN = "balanced accuracy", "accuracy"
-
 
 
 def measures_read(results: dict[str, Any]) -> list[str]:
@@ -104,10 +94,8 @@ def measures_read(results: dict[str, Any]) -> list[str]:
     return [BALANCED, PLAIN] if headline(results) == "finetune_balanced_accuracy" else [PLAIN]
 
 
-
 def both_measures(plain: Optional[list[float]], balanced: Optional[list[float]]) -> dict[str, list[float]]:
     return {measure: values for measure, values in ((PLAIN, plain), (BALANCED, balanced)) if values is not None}
-
 
 
 def few_shot_readings(results: dict[str, Any], row: dict[str, Any]) -> Readings:
@@ -117,8 +105,8 @@ def few_shot_readings(results: dict[str, Any], row: dict[str, Any]) -> Readings:
     encoder's [class] token."""
     shots = few_shot_shots(results)
     if "few_shot_by_readout" not in row:
-        return {f"{k}-shot": both_measures(row["few_shot_accuracy"][k], row.get("few_shot_balanced_accuracy", {}).get(k))
-                for k in shots}
+        balanced = row.get("few_shot_balanced_accuracy", {})
+        return {f"{k}-shot": both_measures(row["few_shot_accuracy"][k], balanced.get(k)) for k in shots}
     auto = "avg" if row["pretraining"] == "mpp" else "token"
     balanced = row.get("few_shot_balanced_by_readout") or (
         {auto: row["few_shot_balanced_accuracy"]} if "few_shot_balanced_accuracy" in row else {})
@@ -127,40 +115,43 @@ def few_shot_readings(results: dict[str, Any], row: dict[str, Any]) -> Readings:
             for k in shots for readout in READOUTS}
 
 
+def frozen_column(script: str, readout: str) -> str:
+    return f"{FROZEN_FITS[script]}, {READOUTS[readout]}"
+
 
 def frozen_readings(row: dict[str, Any]) -> Readings:
     """``row``'s frozen fits to the labelled images, per fit and readout."""
-    return {f"{FROZEN_FITS[script]}, {READOUTS[readout]}":
-            both_measures(row["frozen_labelled"][script][readout]["accuracy"],
-                          row["frozen_labelled"][script][readout]["balanced_accuracy"])
+    return {frozen_column(script, readout): both_measures(row["frozen_labelled"][script][readout]["accuracy"],
+                                                          row["frozen_labelled"][script][readout]["balanced_accuracy"])
             for script in BASELINES for readout in READOUTS}
-
 
 
 def finetuned_readings(row: dict[str, Any]) -> Readings:
     return {"Fine-tuned": both_measures(row["finetune_accuracy"], row.get("finetune_balanced_accuracy"))}
 
 
-
-def pixel_readings(results: dict[str, Any], columns: list[str]) -> Readings:
-    """The raw pixels' figures under each of ``columns`` (fine-tuned: logistic regression on the same labelled
-    images; the pixels have no readout, so the same figures under both), only where they vary with the seed as the
-    rows' do (a fit to all the labels is made once)."""
+def pixel_readings(results: dict[str, Any], row: dict[str, Any]) -> Readings:
+    """The raw pixels' figures in the columns ``row`` is read in: fine-tuned, logistic regression on the same labelled
+    images; each frozen fit's, under both readouts; few-shot, under each readout the row has (the pixels have none:
+    the same figures under each). Only figures that vary with the seed as the rows' do (a fit to all the labels is
+    made once)."""
     pixels, seeds = results["pixels"], len(results["seeds"])
 
     def fit(script: str) -> dict[str, list[float]]:
         return both_measures(pixels.get(f"{script}_labelled"), pixels.get(f"{script}_labelled_balanced"))
 
-    readings: Readings = {}
-    for column in columns:
-        script = next((name for name, label in FROZEN_FITS.items() if column.startswith(label)), None)
-        shots = column.split("-shot")[0]
-        readings[column] = (fit("linear_probe") if column == "Fine-tuned" else fit(script) if script else
-                            both_measures(pixels["few_shot_accuracy"].get(shots),
-                                          pixels.get("few_shot_balanced_accuracy", {}).get(shots)))
+    few_shot: dict[str, Any] = {"pretraining": None, "few_shot_accuracy": pixels["few_shot_accuracy"]}
+    if "few_shot_balanced_accuracy" in pixels:
+        few_shot["few_shot_balanced_accuracy"] = pixels["few_shot_balanced_accuracy"]
+    if "few_shot_by_readout" in row:
+        few_shot["few_shot_by_readout"] = dict.fromkeys(READOUTS, pixels["few_shot_accuracy"])
+        if "few_shot_balanced_accuracy" in pixels:
+            few_shot["few_shot_balanced_by_readout"] = dict.fromkeys(READOUTS, pixels["few_shot_balanced_accuracy"])
+    readings = {"Fine-tuned": fit("linear_probe"),
+                **{frozen_column(script, readout): fit(script) for script in BASELINES for readout in READOUTS},
+                **few_shot_readings(results, few_shot)}
     return {column: {measure: values for measure, values in figures.items() if len(values) == seeds}
             for column, figures in readings.items()}
-
 
 
 def compare(results: dict[str, Any], finding: str, better: Readings, worse: Readings) -> list[Comparison]:
@@ -172,7 +163,6 @@ def compare(results: dict[str, Any], finding: str, better: Readings, worse: Read
             difference = paired_difference(figures[measure], worse[column][measure], scale=100)
             comparisons.append(Comparison(finding, column, measure, difference))
     return comparisons
-
 
 
 def claim_comparisons(results: dict[str, Any]) -> list[Comparison]:
@@ -188,7 +178,6 @@ def claim_comparisons(results: dict[str, Any]) -> list[Comparison]:
                                       readings(rows[claim["worse"]]))]
 
 
-
 def encoder_comparisons(results: dict[str, Any]) -> list[Comparison]:
     """The first MPP row's frozen encoder against the encoder at initialisation (the from-scratch row, read frozen)
     and against the raw pixels, through every fit and readout, like with like; and its fine-tuned figure against
@@ -202,8 +191,7 @@ def encoder_comparisons(results: dict[str, Any]) -> list[Comparison]:
     ours = finetuned_readings(mpp) | frozen_readings(mpp) | few_shot_readings(results, mpp)
     at_init = frozen_readings(initial)  # few-shot against initialisation is the first claim's: not read twice
     return (compare(results, f"{mpp['label']} beats the encoder at initialisation", ours, at_init)
-            + compare(results, f"{mpp['label']} beats the raw pixels", ours, pixel_readings(results, list(ours))))
-
+            + compare(results, f"{mpp['label']} beats the raw pixels", ours, pixel_readings(results, mpp)))
 
 
 def claims_tables(results: dict[str, Any]) -> list[str]:
@@ -215,7 +203,6 @@ def claims_tables(results: dict[str, Any]) -> list[str]:
     if encoder:
         lines += comparison_table(f"Against what it should beat ({preferred}{fallback})", encoder, preferred)
     return lines + holm_summary(claims + encoder)
-
 
 
 def reference_table(results: dict[str, Any]) -> list[str]:
@@ -239,17 +226,14 @@ def reference_table(results: dict[str, Any]) -> list[str]:
     return markdown_table(header, body)[:-1]
 
 
-
 def labels_used(results: dict[str, Any]) -> str:
     """The labels fine-tuning used: "100 labels per class", or "all labels"."""
     per_class = results["labelled_per_class"]
     return f"{per_class} labels per class" if per_class else "all labels"
 
 
-
 def few_shot_shots(results: dict[str, Any]) -> list[str]:
     return list(next(iter(results["rows"].values()))["few_shot_accuracy"])
-
 
 
 def results_table(results: dict[str, Any]) -> str:

@@ -62,8 +62,8 @@ class Run:
         return (*((self.after,) if self.after else ()), *self.also_after)
 
 
-def recipe_command(cfg: ExperimentConfig, repository: Path, script: str, preset: str, overrides: tuple[str, ...], seed: int,
-                   run_dir: Path) -> tuple[str, ...]:
+def recipe_command(cfg: ExperimentConfig, repository: Path, script: str, preset: str, overrides: tuple[str, ...],
+                   seed: int, run_dir: Path) -> tuple[str, ...]:
     """The command line of one run of an experiment ``cfg`` (its ``launcher`` and ``parallel_runs``): ``script``
     of ``repository`` with its preset and overrides; on a CPU, each run gets its share of the cores."""
     launcher = list(cfg.launcher) or [sys.executable]
