@@ -8,6 +8,9 @@ Stages, each a subprocess with its own time limit (together at most 18 minutes),
 - ``step``: ``python -m mpp.benchmark`` on ViT-B/16 at 224 px in bf16, eager and compiled, at the largest batch up
   to 256 that fits: images/s, peak memory and model FLOPs utilisation of supervised, MPP and (when installed)
   vit-pytorch's MPP, interleaved;
+- ``run``: ``python -m mpp.benchmark.training_run`` with the ViT-B/16 preset (bf16, compiled, the package's loader
+  workers) on prepared images of 8-step epochs (2,048 at batch 256) and of 50-step epochs, against its step alone:
+  the run's images/s as a share of the step's (the goal: 0.90 or more), and its share of time waiting for data;
 - ``pretrain``: ImageNet-like JPEGs written on the spot, ``python -m mpp.data.prepare``, then the ViT-B/16 MPP preset
   on them (bf16, compiled) for a few minutes, stopped by SIGTERM, resumed with ``--resume``, its export loaded by timm
   and transformers;
@@ -45,6 +48,7 @@ from mpp.training.checkpoint import list_checkpoints, read_step
 CHECKOUT = Path(__file__).resolve().parents[1]  # the repository this tool is part of: its tests and recipes run
 RESULTS_JSON, RESULTS_MARKDOWN = "gpu_acceptance.json", "gpu_acceptance.md"
 GRACE_S = 15  # from the interrupt at a stage's time limit to the kill
+RUN_GOAL = 0.90  # a whole run's images/s against its step's, on a GPU with its loader workers
 NO_MONITORS = ["monitor.few_shot_every=0", "monitor.mosaic_every=0", "monitor.final_few_shot_draws=0"]
 
 
@@ -64,8 +68,10 @@ class Plan:
     pretrain: tuple[str, ...]  # overrides of the preset for the short runs
     stop_after_s: float  # SIGTERM to the pre-training run once it has trained this long
     loader_args: tuple[str, ...]
+    run_args: tuple[str, ...]
     tests: tuple[str, ...]
     limits_s: dict[str, int] = field(default_factory=dict)
+    batch: int | None = None  # --batch: the stages' batch, where the step stage is not to choose it
     checkout: Path = CHECKOUT  # the repository's root: every stage runs there
 
 
@@ -79,10 +85,12 @@ def gpu_plan() -> Plan:
                 pretrain=("train.compile=true", "train.log_every=20", "train.warmup_steps=100"),
                 stop_after_s=30, loader_args=("--workers", *map(str, workers), "--imagenet-images", "512", "--seconds", "2",
                                           "--rounds", "2", "--paths", "prepared", "gpu-decode"),
-                tests=("-m", "not slow", "tests"),  # the fast lane: the whole suite is CPU-bound recipe launches
-                # Sized to fit 15 minutes of GPU time, start included, in two commands: step loader tests, then
-                # pretrain fsdp.
-                limits_s={"tests": 150, "step": 300, "pretrain": 240, "loader": 120, "fsdp": 120, "profile": 150})
+                run_args=("--compile", "--epoch-steps", "8", "50", "--steps", "150", "--repeats", "1"),
+                # The fast lane (the whole suite is CPU-bound recipe launches) over 8 of the cores: in one process it
+                # ran 572 tests in 150 s on an H200's machine.
+                tests=("-n", "8", "--dist", "loadfile", "-m", "not slow", "tests"),
+                limits_s={"tests": 180, "step": 300, "run": 360, "pretrain": 240, "loader": 120, "fsdp": 120,
+                          "profile": 150})
 
 
 def dry_run_plan() -> Plan:
@@ -96,9 +104,11 @@ def dry_run_plan() -> Plan:
                 profile_args=("--steps", "1", "--warmup", "1"), jpegs=16, short_side=40,
                 pretrain=tiny, stop_after_s=3,
                 loader_args=("--workers", "0", "--seconds", "0.2", "--imagenet-images", "8", "--rounds", "1"),
-                tests=("tests/training/test_schedule.py", "tests/training/test_checkpoint.py", "tests/recipes/test_multi_process.py",
+                run_args=("--epoch-steps", "2", "4", "--steps", "6", "--repeats", "1"),
+                tests=("-n", "2", "--dist", "loadfile", "tests/training/test_schedule.py", "tests/training/test_checkpoint.py", "tests/recipes/test_multi_process.py",
                        "-k", "schedule or keep_the_newest or fsdp-1-on-cpu"),
-                limits_s={"tests": 300, "step": 300, "pretrain": 300, "loader": 300, "fsdp": 60, "profile": 120})
+                limits_s={"tests": 300, "step": 300, "run": 300, "pretrain": 300, "loader": 300, "fsdp": 60,
+                          "profile": 120})
 
 
 @dataclass
@@ -222,6 +232,26 @@ def write_jpegs(folder: Path, count: int) -> None:
         path.write_bytes(imagenet_like_jpeg(generator))
 
 
+def run_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
+    """The pre-training recipe against its step alone (``python -m mpp.benchmark.training_run``), as a user runs it:
+    the package's loader workers, the step stage's batch."""
+    table = work / "run.json"
+    outcome = run(plan, [sys.executable, "-m", "mpp.benchmark.training_run", "--config", plan.preset, "--precision",
+                   plan.precision, "--batch", str(fitting_batch(out, plan)), *plan.run_args, "--work",
+                   str(work / "run"), "--json", str(table)], out / "run.log", plan.limits_s["run"])
+    if outcome.returncode != 0:
+        return failed(f"exit {outcome.returncode}; see run.log")
+    measured = json.loads(table.read_text())
+    step = measured["step_images_per_second"]
+    runs = {f"{steps}-step epochs": {"images": figures["images"],
+                                     "images_per_second": round(figures["images_per_second"], 1),
+                                     "of_step": round(figures["images_per_second"] / step, 3),
+                                     "data_wait_share": round(figures["data_wait_share"], 4)}
+            for steps, figures in measured["runs"].items()}
+    return {"status": "passed", "batch_size": measured["batch_size"], "step_images_per_second": round(step, 1),
+            **runs, "goal_met": all(figures["of_step"] >= RUN_GOAL for figures in runs.values())}
+
+
 def pretrain_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
     deadline = time.monotonic() + plan.limits_s["pretrain"]
     log = out / "pretrain.log"
@@ -279,9 +309,9 @@ def prepared_data(plan: Plan, work: Path, log: Path, limit_s: float) -> Path | N
 
 
 def fitting_batch(out: Path, plan: Plan) -> int:
-    """The batch of the step stage's last mode, when it ran, else the plan's smallest."""
+    """The batch given (``--batch``), else the step stage's last mode's where it ran, else the plan's smallest."""
     results = read_results(out).get("step", {})
-    return results.get(plan.step_modes[-1], {}).get("batch_size") or plan.batches[-1]
+    return plan.batch or results.get(plan.step_modes[-1], {}).get("batch_size") or plan.batches[-1]
 
 
 def log_every(plan: Plan) -> str:
@@ -384,8 +414,8 @@ def profile_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
 
 
 STAGES: dict[str, Callable[[Plan, Path, Path], dict[str, Any]]] = {
-    "tests": tests_stage, "step": step_stage, "pretrain": pretrain_stage, "loader": loader_stage, "fsdp": fsdp_stage,
-    "profile": profile_stage,
+    "tests": tests_stage, "step": step_stage, "run": run_stage, "pretrain": pretrain_stage, "loader": loader_stage,
+    "fsdp": fsdp_stage, "profile": profile_stage,
 }
 
 
@@ -431,6 +461,12 @@ def summary(name: str, stage: dict[str, Any]) -> str:
                 busy = stage[row]["device_busy"]
                 parts.append(f"{row}: {1e3 * stage[row]['wall_seconds_per_step']:.1f} ms per step"
                              + (f", device busy {busy:.0%}" if busy else "") + f"; {shares}")
+    if name == "run" and "step_images_per_second" in stage:
+        parts.append(f"batch {stage['batch_size']}: the step {stage['step_images_per_second']:,.0f} images/s")
+        parts += [f"{size} ({figures['images']:,} images): {figures['images_per_second']:,.0f} images/s, "
+                  f"{figures['of_step']:.2f} of the step, {figures['data_wait_share']:.1%} waiting for data"
+                  for size, figures in stage.items() if size.endswith("-step epochs")]
+        parts.append(f"{RUN_GOAL:.2f} of the step or more: {'met' if stage['goal_met'] else 'not met'}")
     if name in ("pretrain", "fsdp", "loader"):
         parts += [f"{key} {value}" for key, value in stage.items() if key not in ("status", "why", "rows")]
     return "<br>".join(parts)
@@ -443,6 +479,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stages", nargs="+", choices=list(STAGES), default=list(STAGES),
                         help="run only these (default: all, in order)")
     parser.add_argument("--dry-run", action="store_true", help="the same plan at toy sizes on the CPU")
+    parser.add_argument("--batch", type=int, help="the batch of the stages after the step stage (default: the "
+                        "largest the step stage fitted, where it ran into --out, else the plan's smallest)")
     parser.add_argument("--limit", nargs="+", default=[], metavar="STAGE=SECONDS",
                         help="another time limit for these stages (a command's time budget shared out)")
     args = parser.parse_args(argv)
@@ -455,7 +493,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (set(limits) <= set(STAGES) and all(seconds.isdigit() for seconds in limits.values())):
         parser.error(f"--limit takes STAGE=SECONDS, a stage of {', '.join(STAGES)} and whole seconds: got "
                      f"{' '.join(args.limit)}")
-    plan = replace(plan, limits_s=plan.limits_s | {stage: int(seconds) for stage, seconds in limits.items()})
+    plan = replace(plan, limits_s=plan.limits_s | {stage: int(seconds) for stage, seconds in limits.items()},
+                   batch=args.batch)
     args.out.mkdir(parents=True, exist_ok=True)
     work = args.out / "work"
     work.mkdir(exist_ok=True)

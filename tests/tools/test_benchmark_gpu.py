@@ -8,13 +8,14 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 import torch
 
 from launching import ROOT
-from tools.gpu import (RESULTS_JSON, RESULTS_MARKDOWN, STAGES, dry_run_plan, junit_outcomes, loader_cores_for, main,
-                       run)
+from tools.gpu import (RESULTS_JSON, RESULTS_MARKDOWN, STAGES, dry_run_plan, fitting_batch, junit_outcomes,
+                       loader_cores_for, main, run)
 
 
 @pytest.mark.slow
@@ -36,10 +37,18 @@ def test_the_dry_run_goes_through_every_stage_and_writes_json_and_markdown(tmp_p
     results = json.loads((out / RESULTS_JSON).read_text())
     assert results["dry_run"] and results["device"] == "cpu"
     assert {name: results[name]["status"] for name in STAGES} == {
-        "tests": "passed", "step": "passed", "pretrain": "passed", "loader": "passed", "fsdp": "skipped",
+        "tests": "passed", "step": "passed", "run": "passed", "pretrain": "passed", "loader": "passed", "fsdp": "skipped",
         "profile": "passed"}
     assert results["tests"]["counts"]["passed"] >= 3 and results["tests"]["counts"]["failed"] == 0
     assert {"supervised", "mpp"} <= set(results["step"]["eager"]["rows"])
+    run_figures = results["run"]  # against the step the run stage measures itself, at the step stage's batch
+    assert run_figures["batch_size"] == results["step"]["eager"]["batch_size"] and run_figures["step_images_per_second"] > 0
+    for size, images in (("2-step epochs", 16), ("4-step epochs", 32)):
+        epochs = run_figures[size]
+        assert epochs["images"] == images and epochs["images_per_second"] > 0 and 0 <= epochs["data_wait_share"] < 1
+        assert epochs["of_step"] == pytest.approx(epochs["images_per_second"] / run_figures["step_images_per_second"],
+                                                  abs=2e-3)
+    assert run_figures["goal_met"] == all(run_figures[size]["of_step"] >= 0.9 for size in ("2-step epochs", "4-step epochs"))
     pretrain = results["pretrain"]
     assert 0 < pretrain["stopped_at_step"] < pretrain["resumed_to_step"] and pretrain["export_max_difference"] < 1e-4
     assert pretrain["resumed_images_per_second"] > 0 and 0 <= pretrain["resumed_data_wait_share"] < 1
@@ -115,3 +124,20 @@ def test_the_loader_cores_a_gpu_needs_are_the_fewest_measured_to_keep_up_with_it
     assert loader_cores_for(3425, rows) == 8
     assert loader_cores_for(900, rows) == 1
     assert loader_cores_for(8000, rows) is None
+
+
+def test_the_stages_batch_is_the_one_given_else_the_step_stages_else_the_plans_smallest(tmp_path):
+    plan = replace(dry_run_plan(), batches=(64, 32))
+    assert fitting_batch(tmp_path, plan) == 32
+    (tmp_path / RESULTS_JSON).write_text(json.dumps({"step": {plan.step_modes[-1]: {"batch_size": 64}}}))
+    assert fitting_batch(tmp_path, plan) == 64
+    assert fitting_batch(tmp_path, replace(plan, batch=16)) == 16
+
+
+@pytest.mark.slow
+def test_a_batch_given_reaches_the_stages_without_the_step_stage(tmp_path):
+    # On a GPU whose step stage ran in an earlier session: the profile at the batch it fitted, not the plan's smallest.
+    out = tmp_path / "out"
+    assert main(["--dry-run", "--out", str(out), "--stages", "profile", "--batch", "4"]) == 0
+    profile = json.loads((out / RESULTS_JSON).read_text())["profile"]
+    assert {row: profile[row]["batch_size"] for row in ("supervised", "mpp")} == {"supervised": 4, "mpp": 4}
