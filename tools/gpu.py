@@ -17,7 +17,9 @@ Stages, each a subprocess with its own time limit (together at most 18 minutes),
 - ``loader``: ``python -m mpp.benchmark.loader_speed`` on the machine's cores beside the step's images/s: how many loader
   cores one GPU needs;
 - ``fsdp``: accelerate's FSDP, one process on the GPU: a short run, its checkpoint, ``--resume``, the export;
-- ``profile``: where the step's time goes, supervised and MPP, by ``python -m mpp.benchmark.step_profile``.
+- ``profile``: where the step's time goes, supervised and MPP, by ``python -m mpp.benchmark.step_profile``;
+- ``reproduce``: the Fashion-MNIST reproductions at a GPU's scale (``recipes/reproduce.py``: all labels, then 100 per
+  class), read from ``--fashion-mnist``; stopped at its time limit, the stage run again continues them.
 
 It writes ``<dir>/gpu_acceptance.json`` and ``<dir>/gpu_acceptance.md``; ``--stages`` runs some of them, adding to
 what ``<dir>`` holds, so that the plan splits over several commands where each may run only so long. Without CUDA it
@@ -43,6 +45,9 @@ from typing import Any, Callable
 
 import torch
 
+from mpp.data.fashion_mnist import DEFAULT_DIR as FASHION_MNIST_DIR
+from mpp.experiments.publishing import measured_cell, percent
+from mpp.experiments.reproduction_tables import claim_comparisons, headline, measures_read
 from mpp.training.checkpoint import list_checkpoints, read_step
 
 CHECKOUT = Path(__file__).resolve().parents[1]  # the repository this tool is part of: its tests and recipes run
@@ -50,6 +55,19 @@ RESULTS_JSON, RESULTS_MARKDOWN = "gpu_acceptance.json", "gpu_acceptance.md"
 GRACE_S = 15  # from the interrupt at a stage's time limit to the kill
 RUN_GOAL = 0.90  # a whole run's images/s against its step's, on a GPU with its loader workers
 NO_MONITORS = ["monitor.few_shot_every=0", "monitor.mosaic_every=0", "monitor.final_few_shot_draws=0"]
+
+
+REPRODUCTIONS = ("recipes/configs/reproduce_fashion_mnist_all_labels_gpu.yaml",
+                 "recipes/configs/reproduce_fashion_mnist_gpu.yaml")
+TOY_REPRODUCTION = (  # the first reproduction's grid at toy size: every stage of it runs a few steps of a tiny ViT
+    "seeds=[0,1]", "parallel_runs=2", "encoder=[model.embed_dim=16,model.num_heads=2,model.depth=1]",
+    "pretraining=[train.steps=4,train.global_batch_size=8,train.warmup_steps=1,train.log_every=2,"
+    "train.checkpoint_every=4,train.mixed_precision=bf16,monitor.few_shot_every=2]",
+    "finetune=[data.shots_per_class=0,'finetune.sweep_lrs=[0.03,0.1]',train.steps=4,train.global_batch_size=8,"
+    "train.warmup_steps=1,train.log_every=2,train.checkpoint_every=4,train.mixed_precision=bf16]",
+    "scratch_finetune=[train.steps=6,train.warmup_steps=1,train.log_every=3,train.checkpoint_every=6]",
+    "linear_probe=[linear_probe.max_iterations=5]",
+    "chance_margin=0")  # a few steps need not leave chance behind; the GPU's rows are held to the preset's margin
 
 
 @dataclass(frozen=True)
@@ -70,7 +88,10 @@ class Plan:
     loader_args: tuple[str, ...]
     run_args: tuple[str, ...]
     tests: tuple[str, ...]
+    reproductions: tuple[str, ...]  # reproduce presets, run in turn
+    reproduce_args: tuple[str, ...]  # overrides of every reproduction
     limits_s: dict[str, int] = field(default_factory=dict)
+    fashion_mnist: Path = FASHION_MNIST_DIR  # --fashion-mnist: the four IDX files the reproductions read
     batch: int | None = None  # --batch: the stages' batch, where the step stage is not to choose it
     checkout: Path = CHECKOUT  # the repository's root: every stage runs there
 
@@ -89,8 +110,9 @@ def gpu_plan() -> Plan:
                 # The fast lane (the whole suite is CPU-bound recipe launches) over 8 of the cores: in one process it
                 # ran 572 tests in 150 s on an H200's machine.
                 tests=("-n", "8", "--dist", "loadfile", "-m", "not slow", "tests"),
+                reproductions=REPRODUCTIONS, reproduce_args=(),
                 limits_s={"tests": 180, "step": 300, "run": 360, "pretrain": 240, "loader": 120, "fsdp": 120,
-                          "profile": 150})
+                          "profile": 150, "reproduce": 540})
 
 
 def dry_run_plan() -> Plan:
@@ -107,8 +129,9 @@ def dry_run_plan() -> Plan:
                 run_args=("--epoch-steps", "2", "4", "--steps", "6", "--repeats", "1"),
                 tests=("-n", "2", "--dist", "loadfile", "tests/training/test_schedule.py", "tests/training/test_checkpoint.py", "tests/recipes/test_multi_process.py",
                        "-k", "schedule or keep_the_newest or fsdp-1-on-cpu"),
+                reproductions=REPRODUCTIONS[:1], reproduce_args=TOY_REPRODUCTION,
                 limits_s={"tests": 300, "step": 300, "run": 300, "pretrain": 300, "loader": 300, "fsdp": 60,
-                          "profile": 120})
+                          "profile": 120, "reproduce": 600})
 
 
 @dataclass
@@ -413,9 +436,42 @@ def profile_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
     return {"status": "passed", **figures}
 
 
+def reproduce_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
+    """Each reproduction in turn (``recipes/reproduce.py``) on ``plan.fashion_mnist``: its results.md beside the
+    results, and each row's fine-tuned accuracy and each claim's paired difference with its 95% interval. At the time
+    limit the experiment under way stops (its runs save a checkpoint); the stage run again continues it."""
+    deadline = time.monotonic() + plan.limits_s["reproduce"]
+    figures: dict[str, Any] = {}
+    for preset in plan.reproductions:
+        name = Path(preset).stem
+        output_dir = work / name
+        outcome = run(plan, [sys.executable, "recipes/reproduce.py", "--config", preset, f"output_dir={output_dir}",
+                             f"data=['data.source=fashion-mnist:{plan.fashion_mnist}']", *plan.reproduce_args],
+                      out / "reproduce.log", max(1.0, deadline - time.monotonic()))
+        if outcome.returncode is None:
+            return {"status": "stopped", "why": f"{name} reached the time limit: run the stage again to continue",
+                    **figures}
+        if outcome.returncode != 0:
+            return failed(f"{name}: exit {outcome.returncode}; see reproduce.log", **figures)
+        (out / f"{name}.md").write_text((output_dir / "results.md").read_text())
+        figures[name] = reproduction_figures(json.loads((output_dir / "results.json").read_text()))
+    return {"status": "passed", **figures}
+
+
+def reproduction_figures(results: dict[str, Any]) -> dict[str, Any]:
+    """A reproduction's results.json -> each row's fine-tuned figure (mean ± SD over the seeds, in %) and each
+    claim's fine-tuned paired difference with its 95% interval, as its results.md gives them."""
+    preferred = measures_read(results)[0]
+    return {"seeds": len(results["seeds"]), "wall_minutes": round(results["wall_seconds"] / 60, 1),
+            "measure": preferred,
+            "fine_tuned": {row["label"]: percent(row[headline(results)]) for row in results["rows"].values()},
+            "claims": {comparison.finding: measured_cell(comparison, preferred)
+                       for comparison in claim_comparisons(results) if comparison.column == "Fine-tuned"}}
+
+
 STAGES: dict[str, Callable[[Plan, Path, Path], dict[str, Any]]] = {
     "tests": tests_stage, "step": step_stage, "run": run_stage, "pretrain": pretrain_stage, "loader": loader_stage,
-    "fsdp": fsdp_stage, "profile": profile_stage,
+    "fsdp": fsdp_stage, "profile": profile_stage, "reproduce": reproduce_stage,
 }
 
 
@@ -467,6 +523,13 @@ def summary(name: str, stage: dict[str, Any]) -> str:
                   f"{figures['of_step']:.2f} of the step, {figures['data_wait_share']:.1%} waiting for data"
                   for size, figures in stage.items() if size.endswith("-step epochs")]
         parts.append(f"{RUN_GOAL:.2f} of the step or more: {'met' if stage['goal_met'] else 'not met'}")
+    if name == "reproduce":
+        for experiment, figures in stage.items():
+            if isinstance(figures, dict):
+                parts.append(f"{experiment} ({figures['seeds']} seeds, {figures['wall_minutes']} min), fine-tuned "
+                             f"{figures['measure']}: " + "; ".join(f"{label} {value}%" for label, value in
+                                                                 figures["fine_tuned"].items())
+                             + "".join(f"; {claim}: {cell}" for claim, cell in figures["claims"].items()))
     if name in ("pretrain", "fsdp", "loader"):
         parts += [f"{key} {value}" for key, value in stage.items() if key not in ("status", "why", "rows")]
     return "<br>".join(parts)
@@ -481,6 +544,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="the same plan at toy sizes on the CPU")
     parser.add_argument("--batch", type=int, help="the batch of the stages after the step stage (default: the "
                         "largest the step stage fitted, where it ran into --out, else the plan's smallest)")
+    parser.add_argument("--fashion-mnist", type=Path, default=FASHION_MNIST_DIR, metavar="DIR",
+                        help=f"the four Fashion-MNIST IDX files the reproduce stage reads (default: {FASHION_MNIST_DIR}"
+                        ", where the Debian package puts them)")
     parser.add_argument("--limit", nargs="+", default=[], metavar="STAGE=SECONDS",
                         help="another time limit for these stages (a command's time budget shared out)")
     args = parser.parse_args(argv)
@@ -494,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--limit takes STAGE=SECONDS, a stage of {', '.join(STAGES)} and whole seconds: got "
                      f"{' '.join(args.limit)}")
     plan = replace(plan, limits_s=plan.limits_s | {stage: int(seconds) for stage, seconds in limits.items()},
-                   batch=args.batch)
+                   batch=args.batch, fashion_mnist=args.fashion_mnist.resolve())
     args.out.mkdir(parents=True, exist_ok=True)
     work = args.out / "work"
     work.mkdir(exist_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,6 +32,10 @@ def test_without_cuda_it_refuses_in_one_line(tmp_path):
 @pytest.mark.slow
 def test_the_dry_run_goes_through_every_stage_and_writes_json_and_markdown(tmp_path):
     out = tmp_path / "out"
+    # The reproduction stopped at a time limit first, as a GPU's command may stop it: the whole dry run continues it.
+    assert main(["--dry-run", "--out", str(out), "--stages", "reproduce", "--limit", "reproduce=40"]) == 0
+    stopped = json.loads((out / RESULTS_JSON).read_text())["reproduce"]
+    assert stopped["status"] == "stopped" and "run the stage again to continue" in stopped["why"]
     result = subprocess.run([sys.executable, "-m", "tools.gpu", "--dry-run", "--out", str(out)],
                             cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -38,7 +43,7 @@ def test_the_dry_run_goes_through_every_stage_and_writes_json_and_markdown(tmp_p
     assert results["dry_run"] and results["device"] == "cpu"
     assert {name: results[name]["status"] for name in STAGES} == {
         "tests": "passed", "step": "passed", "run": "passed", "pretrain": "passed", "loader": "passed", "fsdp": "skipped",
-        "profile": "passed"}
+        "profile": "passed", "reproduce": "passed"}
     assert results["tests"]["counts"]["passed"] >= 3 and results["tests"]["counts"]["failed"] == 0
     assert {"supervised", "mpp"} <= set(results["step"]["eager"]["rows"])
     run_figures = results["run"]  # against the step the run stage measures itself, at the step stage's batch
@@ -56,6 +61,15 @@ def test_the_dry_run_goes_through_every_stage_and_writes_json_and_markdown(tmp_p
     assert loader["rows"] and loader["step_images_per_second"] == results["step"]["eager"]["rows"]["mpp"][
         "images_per_second"] and "loader_cores_per_gpu" in loader
     assert {row: results["profile"][row]["batch_size"] for row in ("supervised", "mpp")} == {"supervised": 8, "mpp": 8}
+    (total, first), (total_again, finished) = re.findall(r"(\d+) runs, (\d+) already finished",
+                                                         (out / "reproduce.log").read_text())
+    assert first == "0" and total == total_again and 0 < int(finished) < int(total)
+    reproduction = results["reproduce"]["reproduce_fashion_mnist_all_labels_gpu"]
+    assert reproduction["seeds"] == 2 and reproduction["measure"] == "balanced accuracy"
+    assert set(reproduction["fine_tuned"]) == {"from scratch", "MPP, 3-bit mean colour, 50%"}
+    (claim, cell), = reproduction["claims"].items()
+    page = (out / "reproduce_fashion_mnist_all_labels_gpu.md").read_text()
+    assert claim == "MPP pre-training beats training from scratch" and f"| {claim} | {cell} |" in page
     table = (out / RESULTS_MARKDOWN).read_text()
     assert all(f"| {name} |" in table for name in STAGES)
 
