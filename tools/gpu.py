@@ -450,12 +450,19 @@ def reproduce_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
                       out / "reproduce.log", max(1.0, deadline - time.monotonic()))
         if outcome.returncode is None:
             return {"status": "stopped", "why": f"{name} reached the time limit: run the stage again to continue",
-                    **figures}
+                    **figures, name: runs_finished(outcome.output)}
         if outcome.returncode != 0:
             return failed(f"{name}: exit {outcome.returncode}; see reproduce.log", **figures)
         (out / f"{name}.md").write_text((output_dir / "results.md").read_text())
         figures[name] = reproduction_figures(json.loads((output_dir / "results.json").read_text()))
     return {"status": "passed", **figures}
+
+
+def runs_finished(output: str) -> dict[str, int]:
+    """How far an experiment got, from its runner's log: its runs, and those finished before and during this call."""
+    found = re.search(r"(\d+) runs, (\d+) already finished", output)
+    runs, before = map(int, found.groups()) if found else (0, 0)
+    return {"runs": runs, "finished": before + len(re.findall(r" INFO mpp\.experiments\.runner: done ", output))}
 
 
 def reproduction_figures(results: dict[str, Any]) -> dict[str, Any]:
@@ -525,7 +532,9 @@ def summary(name: str, stage: dict[str, Any]) -> str:
         parts.append(f"{RUN_GOAL:.2f} of the step or more: {'met' if stage['goal_met'] else 'not met'}")
     if name == "reproduce":
         for experiment, figures in stage.items():
-            if isinstance(figures, dict):
+            if isinstance(figures, dict) and "fine_tuned" not in figures:
+                parts.append(f"{experiment}: {figures['finished']} of {figures['runs']} runs finished")
+            elif isinstance(figures, dict):
                 parts.append(f"{experiment} ({figures['seeds']} seeds, {figures['wall_minutes']} min), fine-tuned "
                              f"{figures['measure']}: " + "; ".join(f"{label} {value}%" for label, value in
                                                                  figures["fine_tuned"].items())

@@ -64,6 +64,8 @@ def test_the_dry_run_goes_through_every_stage_and_writes_json_and_markdown(tmp_p
     (total, first), (total_again, finished) = re.findall(r"(\d+) runs, (\d+) already finished",
                                                          (out / "reproduce.log").read_text())
     assert first == "0" and total == total_again and 0 < int(finished) < int(total)
+    progress = stopped["reproduce_fashion_mnist_all_labels_gpu"]  # what the stopped stage said of it
+    assert progress["runs"] == int(total) and 0 < progress["finished"] <= int(finished)
     reproduction = results["reproduce"]["reproduce_fashion_mnist_all_labels_gpu"]
     assert reproduction["seeds"] == 2 and reproduction["measure"] == "balanced accuracy"
     assert set(reproduction["fine_tuned"]) == {"from scratch", "MPP, 3-bit mean colour, 50%"}
