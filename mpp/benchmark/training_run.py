@@ -59,8 +59,9 @@ def prepared_images(work: Path, count: int, size: int) -> Path:
         path = folder / f"class_{index % 2}" / f"{index:06d}.jpg"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(noise_jpeg(generator, size))
+    shard_size = max(64, -(-count // len(os.sched_getaffinity(0))))  # a shard per core: all of them prepare
     subprocess.run([sys.executable, "-m", "mpp.data.prepare", f"folder:{folder}", str(prepared), "--splits", "train",
-                    "--short-side", str(size)], check=True, stdout=subprocess.DEVNULL)
+                    "--short-side", str(size), "--shard-size", str(shard_size)], check=True, stdout=subprocess.DEVNULL)
     return prepared
 
 
