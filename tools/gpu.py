@@ -1,7 +1,8 @@
 """``python -m tools.gpu --out <dir>``: everything a GPU must show, in one command (docs/performance.md, "The
 GPU acceptance run").
 
-Stages, each a subprocess with its own time limit (together at most 18 minutes), its output in ``<dir>/<stage>.log``:
+Stages, each a subprocess with its own time limit (together at most 34 minutes, so a command of ten runs a few of
+them), its output in ``<dir>/<stage>.log``:
 
 - ``tests``: the test suite with ``MPP_TEST_DEVICE=cuda`` (tests/devices.py): which pass, which are CPU-only by
   design, which fail;
@@ -46,6 +47,9 @@ from typing import Any, Callable
 import torch
 
 from mpp.data.fashion_mnist import DEFAULT_DIR as FASHION_MNIST_DIR
+from mpp.data.fashion_mnist import FILES as FASHION_MNIST_FILES
+from mpp.data.fashion_mnist import find_file
+from mpp.errors import DataError
 from mpp.experiments.publishing import measured_cell, percent
 from mpp.experiments.reproduction_tables import claim_comparisons, headline, measures_read
 from mpp.training.checkpoint import list_checkpoints, read_step
@@ -127,7 +131,8 @@ def dry_run_plan() -> Plan:
                 pretrain=tiny, stop_after_s=3,
                 loader_args=("--workers", "0", "--seconds", "0.2", "--imagenet-images", "8", "--rounds", "1"),
                 run_args=("--epoch-steps", "2", "4", "--steps", "6", "--repeats", "1"),
-                tests=("-n", "2", "--dist", "loadfile", "tests/training/test_schedule.py", "tests/training/test_checkpoint.py", "tests/recipes/test_multi_process.py",
+                tests=("-n", "2", "--dist", "loadfile", "tests/training/test_schedule.py",
+                       "tests/training/test_checkpoint.py", "tests/recipes/test_multi_process.py",
                        "-k", "schedule or keep_the_newest or fsdp-1-on-cpu"),
                 reproductions=REPRODUCTIONS[:1], reproduce_args=TOY_REPRODUCTION,
                 limits_s={"tests": 300, "step": 300, "run": 300, "pretrain": 300, "loader": 300, "fsdp": 60,
@@ -568,6 +573,13 @@ def main(argv: list[str] | None = None) -> int:
     if not (set(limits) <= set(STAGES) and all(seconds.isdigit() for seconds in limits.values())):
         parser.error(f"--limit takes STAGE=SECONDS, a stage of {', '.join(STAGES)} and whole seconds: got "
                      f"{' '.join(args.limit)}")
+    if "reproduce" in args.stages:
+        try:
+            for stem in (stem for files in FASHION_MNIST_FILES.values() for stem in files):
+                find_file(args.fashion_mnist, stem)
+        except DataError as missing:
+            parser.error(f"the reproduce stage reads Fashion-MNIST from --fashion-mnist {args.fashion_mnist}: "
+                         f"{missing}")
     plan = replace(plan, limits_s=plan.limits_s | {stage: int(seconds) for stage, seconds in limits.items()},
                    batch=args.batch, fashion_mnist=args.fashion_mnist.resolve())
     args.out.mkdir(parents=True, exist_ok=True)

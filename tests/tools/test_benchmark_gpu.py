@@ -157,3 +157,13 @@ def test_a_batch_given_reaches_the_stages_without_the_step_stage(tmp_path):
     assert main(["--dry-run", "--out", str(out), "--stages", "profile", "--batch", "4"]) == 0
     profile = json.loads((out / RESULTS_JSON).read_text())["profile"]
     assert {row: profile[row]["batch_size"] for row in ("supervised", "mpp")} == {"supervised": 4, "mpp": 4}
+
+
+def test_without_fashion_mnist_the_reproduce_stage_is_refused_before_anything_is_written(tmp_path, capsys):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as refused:
+        main(["--dry-run", "--out", str(out), "--stages", "reproduce", "--fashion-mnist", str(tmp_path / "nowhere")])
+    error = capsys.readouterr().err
+    assert refused.value.code == 2 and f"--fashion-mnist {tmp_path / 'nowhere'}" in error
+    assert "train-images-idx3-ubyte" in error and "apt-get install dataset-fashion-mnist" in error
+    assert not out.exists()
