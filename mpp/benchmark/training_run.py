@@ -73,9 +73,12 @@ def recipe_run(config: Path, prepared: Path, run_dir: Path, args: argparse.Names
                  f"train.checkpoint_every={args.steps}", f"train.mixed_precision="
                  f"{'bf16' if args.precision == 'bf16' else 'no'}", f"train.compile={str(args.compile).lower()}",
                  *NO_MONITORS, *([f"data.num_workers={args.workers}"] if args.workers is not None else [])]
-    subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "recipes/mpp.py", "--config", str(config),
-                    *overrides], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   env={**os.environ, "PYTHONPATH": os.getcwd()})
+    command = [sys.executable, "-m", "accelerate.commands.launch", "recipes/mpp.py", "--config", str(config), *overrides]
+    finished = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.getcwd()})
+    if finished.returncode != 0:  # why, where a GPU's minutes were spent on it: the end of the run's own output
+        raise SystemExit(f"the run failed (exit {finished.returncode}): {' '.join(command)}\n"
+                         + "\n".join(finished.stderr.splitlines()[-30:]))
     return json.loads((run_dir / "metrics.json").read_text())
 
 

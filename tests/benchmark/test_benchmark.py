@@ -195,3 +195,14 @@ def test_compiled_the_peer_is_left_out_saying_why_and_eager_it_is_measured_when_
     rows, absent = rows_to_measure(False, True)
     assert rows[-2:] == ["supervised + grad checkpointing", "mpp + grad checkpointing"]
     assert ("vit-pytorch" in rows) == peer_available() == (absent is None)
+
+
+@pytest.mark.slow
+def test_a_whole_run_that_fails_ends_the_run_benchmark_saying_why(tmp_path):
+    # On a GPU whose minutes are few, the run's own error comes back, not only its exit status.
+    result = subprocess.run([sys.executable, "-m", "mpp.benchmark.training_run", "--epoch-steps", "2", "--steps", "4",
+                             "--repeats", "1", "--batch", "8", "--workers", "-1", "--work", str(tmp_path)],
+                            capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2])
+    assert result.returncode == 1
+    assert "\nthe run failed (exit 1): " in result.stderr  # after the preparing's progress
+    assert "data.num_workers=-1 must be at least 0" in result.stderr
