@@ -73,7 +73,8 @@ def recipe_run(config: Path, prepared: Path, run_dir: Path, args: argparse.Names
                  f"train.checkpoint_every={args.steps}", f"train.mixed_precision="
                  f"{'bf16' if args.precision == 'bf16' else 'no'}", f"train.compile={str(args.compile).lower()}",
                  *NO_MONITORS, *([f"data.num_workers={args.workers}"] if args.workers is not None else [])]
-    command = [sys.executable, "-m", "accelerate.commands.launch", "recipes/mpp.py", "--config", str(config), *overrides]
+    command = [sys.executable, "-m", "accelerate.commands.launch", "recipes/mpp.py", "--config", str(config),
+               *overrides]
     finished = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": os.getcwd()})
     if finished.returncode != 0:  # why, where a GPU's minutes were spent on it: the end of the run's own output

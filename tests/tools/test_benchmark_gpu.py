@@ -42,18 +42,20 @@ def test_the_dry_run_goes_through_every_stage_and_writes_json_and_markdown(tmp_p
     results = json.loads((out / RESULTS_JSON).read_text())
     assert results["dry_run"] and results["device"] == "cpu"
     assert {name: results[name]["status"] for name in STAGES} == {
-        "tests": "passed", "step": "passed", "run": "passed", "pretrain": "passed", "loader": "passed", "fsdp": "skipped",
-        "profile": "passed", "reproduce": "passed"}
+        "tests": "passed", "step": "passed", "run": "passed", "pretrain": "passed", "loader": "passed",
+        "fsdp": "skipped", "profile": "passed", "reproduce": "passed"}
     assert results["tests"]["counts"]["passed"] >= 3 and results["tests"]["counts"]["failed"] == 0
     assert {"supervised", "mpp"} <= set(results["step"]["eager"]["rows"])
     run_figures = results["run"]  # against the step the run stage measures itself, at the step stage's batch
-    assert run_figures["batch_size"] == results["step"]["eager"]["batch_size"] and run_figures["step_images_per_second"] > 0
-    for size, images in (("2-step epochs", 16), ("4-step epochs", 32)):
+    assert run_figures["batch_size"] == results["step"]["eager"]["batch_size"]
+    assert run_figures["step_images_per_second"] > 0
+    sizes = {"2-step epochs": 16, "4-step epochs": 32}
+    for size, images in sizes.items():
         epochs = run_figures[size]
         assert epochs["images"] == images and epochs["images_per_second"] > 0 and 0 <= epochs["data_wait_share"] < 1
         assert epochs["of_step"] == pytest.approx(epochs["images_per_second"] / run_figures["step_images_per_second"],
                                                   abs=2e-3)
-    assert run_figures["goal_met"] == all(run_figures[size]["of_step"] >= 0.9 for size in ("2-step epochs", "4-step epochs"))
+    assert run_figures["goal_met"] == all(run_figures[size]["of_step"] >= 0.9 for size in sizes)
     pretrain = results["pretrain"]
     assert 0 < pretrain["stopped_at_step"] < pretrain["resumed_to_step"] and pretrain["export_max_difference"] < 1e-4
     assert pretrain["resumed_images_per_second"] > 0 and 0 <= pretrain["resumed_data_wait_share"] < 1
