@@ -75,11 +75,12 @@ def test_sigterm_to_the_launcher_alone_stops_the_training_process_with_a_checkpo
     launcher.send_signal(signal.SIGTERM)
     try:
         _, stderr = launcher.communicate(timeout=120)  # the pipe closes when the training process has ended too
-        trainer.wait(timeout=10)
+        status = trainer.wait(timeout=10)
     finally:
         if trainer.is_running():  # the failure this test is for: an orphan the test must not leave behind
             trainer.kill()
     found = re.search(r"stopped by SIGUSR2 \(its launcher ended\) after step (\d+); checkpoint (\S+) saved", stderr)
+    assert found, f"the training process ended with {status}: {stderr[-3000:]}"
     step = int(found.group(1))
     assert 3 <= step < 100000 and (tmp_path / "checkpoints" / f"step_{step:08d}").is_dir()
     assert not (tmp_path / "run.lock").exists()  # released: the run can go on at once
