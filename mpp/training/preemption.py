@@ -59,10 +59,11 @@ class Preempted(Exception):
 
 class StopSignals:
     """While active (``with StopSignals() as stop``), SIGTERM and SIGINT only set ``stop.received``, and so does the
-    launcher's end (SIGUSR2), which never stops the process at once."""
+    launcher's end (SIGUSR2), which never stops the process at once and, once it came, is ignored after the block."""
 
     def __init__(self) -> None:
         self.received: Optional[int] = None
+        self.launcher_ended = False
         self.previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopSignals:
@@ -73,7 +74,11 @@ class StopSignals:
 
     def __exit__(self, *exc_info: Any) -> None:
         for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
+            # The kernel sends LAUNCHER_GONE again for each of the launcher's threads that ends after the one that
+            # started this process (each is the parent in turn), possibly once the stop is under way: those must not
+            # end the process (SIGUSR2's default) before it has released its lock and said why it stopped.
+            ignored = signum == LAUNCHER_GONE and self.launcher_ended
+            signal.signal(signum, signal.SIG_IGN if ignored else handler)
 
     def handle(self, signum: int, frame: Optional[FrameType]) -> None:
         self.received = signum
@@ -81,6 +86,7 @@ class StopSignals:
             signal.signal(other, self.previous[other])
 
     def launcher_gone(self, signum: int, frame: Optional[FrameType]) -> None:
+        self.launcher_ended = True
         self.received = self.received or signum
 
     def agreed(self, accelerator: Accelerator, step: int, every: int) -> Optional[int]:
