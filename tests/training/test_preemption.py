@@ -75,12 +75,12 @@ def test_sigterm_to_the_launcher_alone_stops_the_training_process_with_a_checkpo
     launcher.send_signal(signal.SIGTERM)
     try:
         _, stderr = launcher.communicate(timeout=120)  # the pipe closes when the training process has ended too
-        status = trainer.wait(timeout=10)
+        trainer.wait(timeout=10)
     finally:
         if trainer.is_running():  # the failure this test is for: an orphan the test must not leave behind
             trainer.kill()
     found = re.search(r"stopped by SIGUSR2 \(its launcher ended\) after step (\d+); checkpoint (\S+) saved", stderr)
-    assert found, f"the training process ended with {status}: {stderr[-3000:]}"
+    assert found, stderr[-3000:]  # none: it ended some other way (killed by a signal if no traceback is shown)
     step = int(found.group(1))
     assert 3 <= step < 100000 and (tmp_path / "checkpoints" / f"step_{step:08d}").is_dir()
     assert not (tmp_path / "run.lock").exists()  # released: the run can go on at once
@@ -99,7 +99,7 @@ def test_sigterm_to_the_launchers_process_group_still_saves_a_checkpoint(tmp_pat
 
 
 def test_the_launchers_end_asks_for_a_stop_and_never_stops_the_process_at_once():
-    default = signal.getsignal(signal.SIGTERM)
+    default, launcher_gone = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGUSR2)
     try:
         with StopSignals() as stop:
             os.kill(os.getpid(), signal.SIGUSR2)
@@ -110,10 +110,10 @@ def test_the_launchers_end_asks_for_a_stop_and_never_stops_the_process_at_once()
             assert stop.received == signal.SIGTERM
         assert signal.getsignal(signal.SIGUSR2) is signal.SIG_IGN  # the launcher is gone: any more of it, ignored
     finally:
-        signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+        signal.signal(signal.SIGUSR2, launcher_gone)
     with StopSignals():  # a stop that was not the launcher's end leaves SIGUSR2 as it was
         os.kill(os.getpid(), signal.SIGINT)
-    assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGUSR2) is launcher_gone
 
 
 LAUNCHER_ENDS_TWICE = """
