@@ -575,8 +575,9 @@ def main(argv: list[str] | None = None) -> int:
                      f"{' '.join(args.limit)}")
     if "reproduce" in args.stages:
         try:
-            for stem in (stem for files in FASHION_MNIST_FILES.values() for stem in files):
-                find_file(args.fashion_mnist, stem)
+            for stems in FASHION_MNIST_FILES.values():
+                for stem in stems:
+                    find_file(args.fashion_mnist, stem)
         except DataError as missing:
             parser.error(f"the reproduce stage reads Fashion-MNIST from --fashion-mnist {args.fashion_mnist}: "
                          f"{missing}")
