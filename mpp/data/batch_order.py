@@ -9,7 +9,8 @@ position)``.
 The order is the one accelerate gives a shuffled loader with a seedable sampler (``use_seedable_sampler``, as the
 session makes it): the positions of epoch e shuffled by a generator seeded with ``seed + e``, cut into whole batches,
 and the batches dealt out to the processes in turn. It is built here from accelerate's own samplers, so that the
-two cannot drift apart (a test compares them over several epochs).
+two cannot drift apart (a test compares them over several epochs). An epoch ends after its last whole optimizer
+step (``steps_per_epoch``): the few images left over, fewer than one global batch, wait for the next epoch's shuffle.
 """
 
 from __future__ import annotations
@@ -23,28 +24,35 @@ from torch.utils.data import BatchSampler, Sampler
 EpochPosition = tuple[int, int]  # (epoch, position in the dataset)
 
 
+def steps_per_epoch(images: int, global_batch_size: int) -> int:
+    """Optimizer steps in one epoch of ``images`` training images: whole global batches only. The one definition of
+    an epoch, read by the batch order, the schedule in epochs, the plan line and the experiments."""
+    return images // global_batch_size
+
+
 class EndlessEpochBatches(Sampler[list[EpochPosition]]):
     """This process's batches of ``batch_size`` positions of a dataset of ``size`` images, each position paired with
-    its epoch, epoch after epoch; from batch ``start`` of the run on (a resumed run reads what it would have)."""
+    its epoch, epoch after epoch; from batch ``start`` of the run on (a resumed run reads what it would have). An
+    optimizer step is ``accumulation_steps`` batches on each of ``num_processes`` processes; an epoch, its
+    ``steps_per_epoch`` steps."""
 
     def __init__(self, size: int, batch_size: int, seed: int, num_processes: int = 1, process_index: int = 0,
-                 start: int = 0) -> None:
+                 start: int = 0, accumulation_steps: int = 1) -> None:
         self.shuffled = SeedableRandomSampler(range(size), data_seed=seed)
         batches = BatchSampler(self.shuffled, batch_size, drop_last=True)
         self.batches = (BatchSamplerShard(batches, num_processes, process_index) if num_processes > 1 else batches)
         self.start = start
+        # Processes take the shuffled batches in turn, so each process's first ones make the epoch's whole steps.
+        self.batches_per_epoch = accumulation_steps * steps_per_epoch(
+            size, batch_size * num_processes * accumulation_steps)
         if not self.batches_per_epoch:
-            raise ValueError(f"{size} images make no whole batch of {batch_size} on each of {num_processes} processes")
-
-    @property
-    def batches_per_epoch(self) -> int:
-        """This process's batches in one epoch."""
-        return len(self.batches)
+            raise ValueError(f"{size} images make no whole step of {accumulation_steps} batch(es) of {batch_size} on "
+                             f"each of {num_processes} processes")
 
     def __iter__(self) -> Iterator[list[EpochPosition]]:
         epoch, skip = divmod(self.start, self.batches_per_epoch)
         while True:
             self.shuffled.set_epoch(epoch)  # only positions are drawn: skipping a resumed epoch's batches is cheap
-            for batch in itertools.islice(self.batches, skip, None):
+            for batch in itertools.islice(self.batches, skip, self.batches_per_epoch):
                 yield [(epoch, position) for position in batch]
             epoch, skip = epoch + 1, 0

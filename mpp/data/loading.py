@@ -178,30 +178,36 @@ def build_training_loader(
     process_index: int = 0,
     device_type: str = "cpu",
     local_processes: int = 1,
+    start: int = 0,
+    accumulation_steps: int = 1,
 ) -> DataLoader:
-    """A training run's loader: for map-style data, this process's batches epoch after epoch without end
-    (``EndlessEpochBatches``; set its ``start`` to resume), read by one iterator whose workers live for the whole
-    run; a stream is read one epoch a pass (``build_loader``)."""
+    """A training run's loader of this process's share, from pass ``start`` of the run (``accumulation_steps`` passes
+    an optimizer step): for map-style data, its batches epoch after epoch without end (``EndlessEpochBatches``), read
+    by one iterator whose workers live for the whole run; a stream is read one epoch a pass (``build_loader``)."""
     if isinstance(dataset, StreamingImageDataset):
         return build_loader(dataset, batch_size, cfg, train=True, device_type=device_type,
                             local_processes=local_processes)
-    check_batch_fits(dataset, batch_size * num_processes)
-    order = EndlessEpochBatches(len(dataset), batch_size, seed, num_processes, process_index)
+    check_batch_fits(dataset, batch_size * num_processes * accumulation_steps)
+    order = EndlessEpochBatches(len(dataset), batch_size, seed, num_processes, process_index, start, accumulation_steps)
     return DataLoader(dataset, batch_sampler=order, collate_fn=keep_batch,
                       **loader_workers(cfg, device_type, local_processes))
 
 
 def prepare_loader(accelerator: Accelerator, loader: DataLoader) -> DataLoader:
-    """Hand the loader to accelerate: with several processes, each gets distinct batches of every epoch. A stream
-    and a training run's endless loader already hold this process's share only (``build_dataset``,
-    ``build_training_loader``), so they are just moved to the device."""
-    if isinstance(loader.dataset, StreamingImageDataset) or isinstance(loader.batch_sampler, EndlessEpochBatches):
-        return prepare_data_loader(loader, device=accelerator.device, num_processes=1, process_index=0,
-                                   put_on_device=True, dispatch_batches=False,
-                                   non_blocking=accelerator.dataloader_config.non_blocking)
+    """Hand an evaluation loader to accelerate: with several processes, each gets distinct batches. A stream holds
+    this process's share only already (``build_dataset``), so it is just moved to the device."""
+    if isinstance(loader.dataset, StreamingImageDataset):
+        return move_to_device(accelerator, loader)
     prepared = accelerator.prepare(loader)
     # accelerate checkpoints nothing of a map-style loader (a sampler's state only for a sharded stream): a run's
     # position is its step and its order the seed. So it need not keep the loader for save_state, where on XLA it
     # would fail: accelerate 1.15's checkpointing reads a `dataset` its own XLA loader wrapper does not have.
     forget_prepared_loader(accelerator, prepared)
     return prepared
+
+
+def move_to_device(accelerator: Accelerator, loader: DataLoader) -> DataLoader:
+    """A loader of this process's share of the data, prepared by accelerate only to put its batches on the device."""
+    return prepare_data_loader(loader, device=accelerator.device, num_processes=1, process_index=0,
+                               put_on_device=True, dispatch_batches=False,
+                               non_blocking=accelerator.dataloader_config.non_blocking)

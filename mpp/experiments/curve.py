@@ -17,8 +17,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from accelerate.utils import SAFE_WEIGHTS_NAME
+
 from mpp.config.runs import FewShotRunConfig, MPPRunConfig
 from mpp.config_loading import build_config
+from mpp.data.batch_order import steps_per_epoch
 from mpp.data.loading import build_dataset
 from mpp.errors import ConfigError
 from mpp.evaluation.statistics import describe_difference, paired_difference
@@ -32,20 +35,20 @@ from mpp.training.checkpoint import checkpoint_path
 
 logger = logging.getLogger(__name__)
 PIXELS = "pixels"
-MODEL_FILE = "model.safetensors"  # the model's weights in an accelerate checkpoint
+MODEL_FILE = SAFE_WEIGHTS_NAME  # the model's weights in an accelerate checkpoint
 
 
-def steps_per_epoch(cfg: PretrainingCurveConfig) -> int:
-    """Optimizer steps in one pass over the pre-training images (whole batches only, as the loader draws them)."""
+def pretraining_steps_per_epoch(cfg: PretrainingCurveConfig) -> int:
+    """Optimizer steps in one epoch of the pre-training images (``mpp.data.batch_order.steps_per_epoch``)."""
     run = build_config(MPPRunConfig, cfg.mpp_preset, (*cfg.data, *cfg.encoder, *cfg.mpp))
     image_size = create_encoder(run.model).patch_embed.img_size[0]
     images = len(build_dataset(run.data, "train", image_size, run.model.in_chans, augment=False))
-    if images < run.train.global_batch_size:
+    epoch_steps = steps_per_epoch(images, run.train.global_batch_size)
+    if not epoch_steps:
         raise ConfigError(f"the pre-training data holds {images} images, fewer than one batch of "
                           f"{run.train.global_batch_size}")
-    logger.info("%d steps per epoch; checkpoints read at epochs %s", images // run.train.global_batch_size,
-                list(cfg.epochs))
-    return images // run.train.global_batch_size
+    logger.info("%d steps per epoch; checkpoints read at epochs %s", epoch_steps, list(cfg.epochs))
+    return epoch_steps
 
 
 def lengths(cfg: PretrainingCurveConfig) -> list[int]:
@@ -226,7 +229,8 @@ def publish(cfg: PretrainingCurveConfig, results: dict[str, Any], folder: Path) 
 
 def pretraining_curve(cfg: PretrainingCurveConfig, repository: Path) -> dict[str, Any]:
     """Every run not yet finished (the recipes of ``repository``), then the table and the plot."""
-    epoch_steps = functools.cache(lambda: steps_per_epoch(cfg))  # builds the dataset: only when runs are planned
+    # Builds the dataset: only when runs are planned.
+    epoch_steps = functools.cache(lambda: pretraining_steps_per_epoch(cfg))
     return run_experiment(cfg, lambda: plan_runs(cfg, repository, epoch_steps()),
                           lambda: collect_results(cfg) | {"steps_per_epoch": epoch_steps()},
                           lambda results, folder: publish(cfg, results, folder))

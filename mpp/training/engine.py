@@ -7,7 +7,6 @@ else from it. It trains what ``Trainer`` (trainer.py) prepared; nothing here is 
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import time
@@ -20,12 +19,11 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 from timm.utils import ModelEmaV3
-from torch.utils.data import DataLoader, Dataset, IterableDataset
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mpp.config.training import TrainConfig
-from mpp.data.image_dataset import SkipsUndecodableImages
+from mpp.data.training_batches import TrainingBatches
 from mpp.errors import ConfigError
 from mpp.training.checkpoint import save_checkpoint
 from mpp.training.non_finite import NonFiniteGuard
@@ -57,34 +55,6 @@ def plan_batches(cfg: TrainConfig, num_processes: int) -> BatchPlan:
     return BatchPlan(cfg.global_batch_size, micro, num_processes, cfg.global_batch_size // per_pass)
 
 
-def endless_batches(loader: DataLoader, dataset: Dataset, start: int) -> Iterator[Any]:
-    """Batches of prepared ``loader`` (of ``dataset``) epoch after epoch, after the first ``start`` (so a resumed run
-    sees what it would have). A run's loader of map-style data is endless already, from its own start
-    (``mpp.data.batch_order``; any other map-style loader is read again and again, from its first batch); a stream
-    is read one epoch a pass, and again up to the resume point."""
-    while not isinstance(dataset, IterableDataset):
-        yield from loader
-    epoch, skip = 0, start
-    while True:
-        dataset.set_epoch(epoch)  # the stream's shuffle and its views are functions of (seed, epoch)
-        batches = iter(loader)
-        skip -= sum(1 for _ in itertools.islice(batches, skip))
-        yield from batches
-        epoch += 1
-
-
-def report_skipped_images(accelerator: Accelerator, dataset: Dataset) -> int:
-    """Images that could not be decoded and were skipped, over all processes; logged with a few of their names."""
-    reports = isinstance(dataset, SkipsUndecodableImages)  # in-memory data has nothing to skip
-    count = dataset.skipped_count() if reports else 0
-    total = int(accelerator.reduce(torch.tensor(count, device=accelerator.device), "sum"))
-    if total:
-        names = dataset.undecodable_files()[:5] if reports else []
-        logger.warning("skipped %d image(s) that could not be decoded%s", total,
-                       f" (this process: {', '.join(names)}{', ...' if count > len(names) else ''})" if names else "")
-    return total
-
-
 @dataclass
 class TrainingRun:
     """What the loop trains: one run's parts, prepared by accelerate."""
@@ -92,8 +62,7 @@ class TrainingRun:
     accelerator: Accelerator
     model: torch.nn.Module  # forward(images, labels, keys) -> an output with a scalar loss and accuracy
     optimizer: torch.optim.Optimizer
-    loader: DataLoader
-    dataset: Dataset  # the loader's: read here, not through the prepared loader (XLA's wrapper does not show it)
+    batches: TrainingBatches  # from the run's start step on, on the device
     plan: BatchPlan
     train_config: TrainConfig  # its schedule, batch and checkpointing
     run_dir: Path  # checkpoints go to run_dir/checkpoints/
@@ -192,7 +161,7 @@ def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicRepor
     """
     accelerator, model, optimizer, plan, cfg = run.accelerator, run.model, run.optimizer, run.plan, run.train_config
     accelerator.gradient_accumulation_steps = plan.accumulation_steps
-    batches = endless_batches(run.loader, run.dataset, start=start_step * plan.accumulation_steps)
+    batches = run.batches
     guard = NonFiniteGuard(optimizer, accelerator.device, stop=cfg.on_nonfinite == "stop",
                            scaler_skips=accelerator.scaler is not None, start_step=start_step)
     means, clock = RunningMeans(accelerator.device), TrainingClock(plan.global_batch_size)
@@ -250,7 +219,7 @@ def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicRepor
         "global_batch_size": plan.global_batch_size,
         "steps_this_session": cfg.steps - start_step,
         "wall_seconds_this_session": time.perf_counter() - clock.run_start,
-        "skipped_images": report_skipped_images(accelerator, run.dataset),
+        "skipped_images": batches.skipped_images(),
         "skipped_steps": skipped_steps,
     }
 

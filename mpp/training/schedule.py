@@ -4,11 +4,15 @@ and the schedule in steps from one given in epochs, with the peak learning rate 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from typing import Literal, Optional
 
 from mpp.config.training import TrainConfig
+from mpp.data.batch_order import steps_per_epoch
 from mpp.errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 
 def learning_rate(
@@ -29,9 +33,9 @@ def learning_rate(
 
 
 def steps_of(epochs: float, images: int, global_batch_size: int) -> int:
-    """Optimizer steps that read ``epochs`` passes over ``images`` training images, ``global_batch_size`` a step
-    (rounded up: at least the epochs asked for)."""
-    return math.ceil(epochs * images / global_batch_size - 1e-9)
+    """Optimizer steps that make ``epochs`` epochs of ``images`` training images, ``global_batch_size`` a step:
+    exactly so for whole epochs, rounded up for a fraction of one."""
+    return math.ceil(epochs * steps_per_epoch(images, global_batch_size) - 1e-9)
 
 
 def resolved_schedule(cfg: TrainConfig, images: Optional[int]) -> tuple[TrainConfig, str]:
@@ -48,12 +52,20 @@ def resolved_schedule(cfg: TrainConfig, images: Optional[int]) -> tuple[TrainCon
                               f"(data.streaming=true) has none; give train.{steps} instead")
         lengths[steps] = steps_of(getattr(cfg, epochs), images, cfg.global_batch_size)
         lengths[epochs] = None
-        derived.append(f"train.{epochs}={getattr(cfg, epochs):g} of {images:,} images at a global batch of "
-                       f"{cfg.global_batch_size:,}: {lengths[steps]:,} {name}")
+        per_epoch = steps_per_epoch(images, cfg.global_batch_size)
+        left_over = images - per_epoch * cfg.global_batch_size
+        derived.append(f"train.{epochs}={getattr(cfg, epochs):g} at {per_epoch:,} steps an epoch ({images:,} images "
+                       f"at a global batch of {cfg.global_batch_size:,}"
+                       + (f"; the {left_over:,} left over wait for the next epoch's shuffle" if left_over else "")
+                       + f"): {lengths[steps]:,} {name}")
     lr = cfg.lr
     if cfg.lr_scaling == "linear":
         lr = cfg.lr * cfg.global_batch_size / cfg.lr_reference_batch
         derived.append(f"peak lr {lr:.3g} = train.lr {cfg.lr:g} x {cfg.global_batch_size:,} / "
                        f"{cfg.lr_reference_batch:,} (train.lr_scaling=linear)")
     resolved = dataclasses.replace(cfg, lr=lr, lr_scaling="none", **lengths)
+    if resolved.warmup_steps and resolved.warmup_steps >= resolved.steps:
+        logger.warning("the warm-up (%d steps) is as long as the run (%d steps) or longer, so the learning rate never "
+                       "reaches its peak: shorten train.warmup_epochs or train.warmup_steps",
+                       resolved.warmup_steps, resolved.steps)
     return resolved, "; ".join(derived)

@@ -1,6 +1,7 @@
 """One training run, assembled the one way every recipe does it (and each point of a learning-rate sweep):
 
-    batch plan -> loader -> optimizer -> the checkpoint to resume -> accelerate's prepare -> resume -> the loop
+    batch plan -> optimizer -> the checkpoint to resume -> accelerate's prepare -> resume -> the run's batches from
+    its step on (``mpp.data.training_batches``) -> the loop
 
 Made before the run directory is claimed, so that data smaller than a batch, a batch that does not split over the
 processes or a checkpoint that does not fit the config stops the run before anything is written; ``fit`` prepares and
@@ -21,10 +22,10 @@ from torch.utils.data import Dataset, IterableDataset
 from mpp.config.model import ModelConfig
 from mpp.config.runs import TrainingRunConfig
 from mpp.config.training import TrainConfig
-from mpp.data.batch_order import EndlessEpochBatches
-from mpp.data.loading import build_training_loader, prepare_loader
+from mpp.data.loading import check_batch_fits
+from mpp.data.training_batches import training_batches
 from mpp.models.pretrained import encoder_from_model_state
-from mpp.run.session import Session, local_processes
+from mpp.run.session import Session
 from mpp.training.checkpoint import check_resume_compatible, load_checkpoint, resume_checkpoint
 from mpp.training.engine import PeriodicReport, TrainingRun, plan_batches, train
 from mpp.training.optimizer import create_optimizer
@@ -63,10 +64,7 @@ class Trainer:
         # What the loop reads: steps from epochs, the learning rate scaled to the batch; how, for the plan line.
         self.train_config, self.derivation = resolved_schedule(
             given, None if isinstance(train_set, IterableDataset) else len(train_set))
-        self.loader = build_training_loader(train_set, self.plan.micro_batch_size, config.data, config.seed,
-                                            accelerator.num_processes, accelerator.process_index,
-                                            device_type=accelerator.device.type,
-                                            local_processes=local_processes(accelerator))
+        check_batch_fits(train_set, self.plan.global_batch_size)
         self.optimizer = create_optimizer(model, self.train_config, accelerator.device)
         self.checkpoint = resume_checkpoint(config.resume if resume is None else resume, self.run_dir)
         if self.checkpoint is not None:
@@ -100,10 +98,10 @@ class Trainer:
         if self.checkpoint is not None:
             start_step = load_checkpoint(accelerator, self.checkpoint, self.averaged)
             logger.info("%sresumed from %s at step %d", self.log_prefix, self.checkpoint, start_step)
-        if isinstance(self.loader.batch_sampler, EndlessEpochBatches):  # a resumed run reads on where it stopped
-            self.loader.batch_sampler.start = start_step * self.plan.accumulation_steps
-        loader = prepare_loader(accelerator, self.loader)
-        run = TrainingRun(accelerator, self.model, self.optimizer, loader, self.train_set, self.plan, self.train_config,
+        # A resumed run reads on where it stopped.
+        batches = training_batches(accelerator, self.train_set, self.plan.micro_batch_size,
+                                   self.plan.accumulation_steps, self.run_config.data, self.run_config.seed, start_step)
+        run = TrainingRun(accelerator, self.model, self.optimizer, batches, self.plan, self.train_config,
                           self.run_dir, self.run_config, self.averaged, self.accuracy_name, self.log_prefix)
         return train(run, start_step, reports)
 

@@ -105,18 +105,46 @@ def test_a_folder_too_small_for_a_batch_says_first_what_is_wrong_with_its_files(
         build_loader(build_dataset(cfg, "train", 4, channels=3, augment=True), batch_size=64, cfg=cfg, train=True)
 
 
+def read_epochs(records_of_epochs: list[list[dict]]) -> list[set[int]]:
+    """Each epoch's images over all processes, checking that no image came twice in one epoch."""
+    epochs = []
+    for records in records_of_epochs:
+        seen = [label for record in records for label in record["seen"]]
+        assert len(seen) == len(set(seen)), "an image came twice in one epoch"
+        epochs.append(set(seen))
+    return epochs
+
+
+def test_train_epochs_reads_exactly_that_many_epochs_on_one_process(tmp_path, fashion_mnist_dir):
+    """train.epochs=2 of 42 images at a batch of 4: 10 steps an epoch, each reading 40 distinct images (the 2 left
+    over wait for the next epoch's shuffle), and 20 steps in all: 80 images, exactly 2 epochs."""
+    folder = fashion_mnist_dir(np.zeros((42, 8, 8)), np.zeros((4, 8, 8)))  # label = index
+    out = tmp_path / "out"
+    out.mkdir()
+    subprocess.run([sys.executable, str(SCRIPTS / "epoch_indices.py"), f"fashion-mnist:{folder}", str(out)],
+                   check=True, cwd=ROOT)
+    epochs = read_epochs([[json.loads((out / f"process_0_epoch_{epoch}.json").read_text())] for epoch in range(2)])
+    assert [len(images) for images in epochs] == [40, 40] and epochs[0] != epochs[1]
+    assert json.loads((out / "process_0_epoch_1.json").read_text())["images_read"] == 80
+
+
 @pytest.mark.slow
-def test_two_processes_read_distinct_shards_of_every_epoch(tmp_path, fashion_mnist_dir):
-    folder = fashion_mnist_dir(np.zeros((40, 8, 8)), np.zeros((4, 8, 8)))  # label = index
+def test_two_processes_read_distinct_shards_of_exactly_every_epoch(tmp_path, fashion_mnist_dir):
+    """train.epochs=2 of 42 images on two processes at 4 each: 5 steps of 8 an epoch, 40 distinct images split
+    between the processes (2 left over), 10 steps in all."""
+    folder = fashion_mnist_dir(np.zeros((42, 8, 8)), np.zeros((4, 8, 8)))  # label = index
     out = tmp_path / "out"
     out.mkdir()
     launch(f"fashion-mnist:{folder}", str(out), script=SCRIPTS / "epoch_indices.py", processes=2)
-    for epoch in range(2):
-        records = [json.loads((out / f"process_{rank}_epoch_{epoch}.json").read_text()) for rank in (0, 1)]
-        assert all(r["num_processes"] == 2 and r["distributed_type"] == "DistributedType.MULTI_CPU" for r in records)
-        first, second = (set(r["seen"]) for r in records)
-        assert len(records[0]["seen"]) == len(first) == 20 and not first & second and first | second == set(range(40))
-    assert records[0]["seen"] != json.loads((out / "process_0_epoch_0.json").read_text())["seen"]  # reshuffled
+    records = [[json.loads((out / f"process_{rank}_epoch_{epoch}.json").read_text()) for rank in (0, 1)]
+               for epoch in range(2)]
+    assert all(r["num_processes"] == 2 and r["distributed_type"] == "DistributedType.MULTI_CPU"
+               for epoch in records for r in epoch)
+    assert all(len(r["seen"]) == 20 for epoch in records for r in epoch)
+    assert all(not set(first["seen"]) & set(second["seen"]) for first, second in records)  # distinct shards
+    epochs = read_epochs(records)
+    assert [len(images) for images in epochs] == [40, 40] and records[0][0]["seen"] != records[1][0]["seen"]
+    assert records[1][0]["images_read"] == 80
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from mpp.config.runs import FewShotRunConfig, LinearProbeRunConfig, MPPRunConfig
 from mpp.config_loading import build_config
 from mpp.errors import ConfigError
 from mpp.experiments.config import PretrainingCurveConfig
-from mpp.experiments.curve import curve_table, plan_runs, steps_per_epoch
+from mpp.experiments.curve import curve_table, plan_runs, pretraining_steps_per_epoch
 from tests.launching import ROOT
 
 CONFIGS = ROOT / "recipes" / "configs"
@@ -39,7 +39,7 @@ def tiny_config(tmp_path: Path, **changes) -> PretrainingCurveConfig:
 
 def test_one_pre_training_run_per_seed_is_read_at_initialisation_and_at_each_epochs_checkpoint(tmp_path):
     cfg = tiny_config(tmp_path, seeds=[3, 7])
-    assert steps_per_epoch(cfg) == 5
+    assert pretraining_steps_per_epoch(cfg) == 5
     planned = plan_runs(cfg, ROOT, 5)
     assert [run.name for run in planned[:2]] == ["pretrain/mpp-seed3", "pretrain/mpp-seed7"]  # the longest first
     runs = {run.name: run for run in planned}

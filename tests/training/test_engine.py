@@ -66,7 +66,8 @@ def train_tiny_mpp(tiny_model_config, tmp_path, cfg: TrainConfig, optimizer=None
     from mpp.config.data import DataConfig
     from mpp.config.model import MPPConfig
     from mpp.config.runs import MPPRunConfig
-    from mpp.data.loading import build_dataset, build_training_loader, prepare_loader
+    from mpp.data.loading import build_dataset
+    from mpp.data.training_batches import training_batches
     from mpp.models.encoder import create_encoder
     from mpp.models.masked_patch_prediction import MaskedPatchPredictor
     from mpp.training.engine import TrainingRun, train
@@ -77,10 +78,9 @@ def train_tiny_mpp(tiny_model_config, tmp_path, cfg: TrainConfig, optimizer=None
     model = MaskedPatchPredictor(create_encoder(tiny_model_config), MPPConfig(), (0.5,) * 3, (0.5,) * 3)
     optimizer = optimizer(model) if optimizer else torch.optim.AdamW(model.parameters(), lr=cfg.lr, fused=True)
     dataset = build_dataset(DataConfig(), "train", image_size=16, channels=3, augment=True)
-    loader = build_training_loader(dataset, batch_size=plan.micro_batch_size, cfg=DataConfig(), seed=0)
     model, optimizer = accelerator.prepare(model, optimizer)
-    loader = prepare_loader(accelerator, loader)
-    metrics = train(TrainingRun(accelerator, model, optimizer, loader, dataset, plan, cfg, tmp_path, MPPRunConfig()))
+    batches = training_batches(accelerator, dataset, plan.micro_batch_size, plan.accumulation_steps, DataConfig(), 0)
+    metrics = train(TrainingRun(accelerator, model, optimizer, batches, plan, cfg, tmp_path, MPPRunConfig()))
     return model, optimizer, metrics
 
 

@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from devices import USE_CPU
 from mpp.config.runs import MPPRunConfig
 from mpp.config.training import TrainConfig
+from mpp.data.training_batches import TrainingBatches
 from mpp.training.checkpoint import list_checkpoints, read_step
 from mpp.training.engine import TrainingRun, plan_batches, train
 from mpp.training.non_finite import NonFiniteGuard, NonFiniteStep
@@ -46,8 +47,8 @@ def run(tmp_path, bad_steps: dict[int, str], on_nonfinite: str, steps: int = 8, 
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, fused=fused, foreach=not fused)
     dataset = TensorDataset(torch.randn(16, 4), torch.zeros(16), torch.arange(16))  # images, labels, keys
     model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(dataset, batch_size=4, shuffle=True))
-    outcome = train(TrainingRun(accelerator, model, optimizer, loader, dataset, plan_batches(cfg, 1), cfg, tmp_path,
-                                MPPRunConfig()))
+    outcome = train(TrainingRun(accelerator, model, optimizer, TrainingBatches(accelerator, dataset, loader, 0),
+                                plan_batches(cfg, 1), cfg, tmp_path, MPPRunConfig()))
     return outcome, model, optimizer
 
 

@@ -25,16 +25,30 @@ def test_warmup_longer_than_the_run_never_reaches_the_peak():
     assert learning_rate(4, 1.0, warmup_steps=10, total_steps=5) == pytest.approx(0.5)
 
 
-def test_a_schedule_in_epochs_becomes_steps_of_the_training_set_and_the_batch():
+def test_a_schedule_in_epochs_becomes_steps_of_whole_global_batches():
     given = TrainConfig(steps=None, epochs=2.5, warmup_steps=None, warmup_epochs=0.5, global_batch_size=64)
     resolved, derivation = resolved_schedule(given, images=1000)
-    assert (resolved.steps, resolved.warmup_steps) == (40, 8)  # 2,500 and 500 images: 39.06 and 7.8 steps, rounded up
+    assert (resolved.steps, resolved.warmup_steps) == (38, 8)  # 15 whole steps an epoch: 37.5 and 7.5, rounded up
     assert resolved.epochs is None and resolved.warmup_epochs is None and resolved.lr == given.lr
-    assert derivation == ("train.epochs=2.5 of 1,000 images at a global batch of 64: 40 steps; "
-                          "train.warmup_epochs=0.5 of 1,000 images at a global batch of 64: 8 warm-up steps")
+    assert derivation == ("train.epochs=2.5 at 15 steps an epoch (1,000 images at a global batch of 64; the 40 left "
+                          "over wait for the next epoch's shuffle): 38 steps; train.warmup_epochs=0.5 at 15 steps an "
+                          "epoch (1,000 images at a global batch of 64; the 40 left over wait for the next epoch's "
+                          "shuffle): 8 warm-up steps")
+    assert resolved_schedule(TrainConfig(steps=None, epochs=100, global_batch_size=64), 1000)[0].steps == 1500
     assert resolved_schedule(TrainConfig(steps=None, epochs=1, global_batch_size=100), 1000)[0].steps == 10
     with pytest.raises(ConfigError, match="train.epochs needs a training set of known size.*give train.steps"):
         resolved_schedule(given, images=None)  # a stream
+
+
+def test_a_warm_up_as_long_as_the_run_is_warned_of(caplog):
+    cfg = TrainConfig(steps=None, epochs=1, warmup_steps=None, warmup_epochs=5, global_batch_size=16)
+    resolved_schedule(cfg, images=100)  # 6 steps, 30 warm-up steps
+    assert [record.getMessage() for record in caplog.records] == [
+        "the warm-up (30 steps) is as long as the run (6 steps) or longer, so the learning rate never reaches its "
+        "peak: shorten train.warmup_epochs or train.warmup_steps"]
+    caplog.clear()
+    resolved_schedule(TrainConfig(steps=100, warmup_steps=10), images=100)
+    assert not caplog.records
 
 
 def test_linear_scaling_gives_the_reference_batchs_rate_times_the_batch_ratio():

@@ -1,0 +1,82 @@
+"""A training run's batches from the step it starts at: the one thing the training loop reads from the data.
+
+``training_batches`` builds the run's loader, hands it to accelerate and returns an endless iterator of (images,
+labels, keys) batches on the device, the batches a run that never stopped would read from that step on. The loop
+consumes it and never sees a sampler or a dataset; the iterator also reports the images the data skipped.
+
+Map-style data is read by one loader iterator for the whole run (``mpp.data.batch_order``): its workers start once,
+and a resumed run draws the positions of the batches it skips without loading them. A stream (``data.streaming=true``)
+has no positions to draw: its shuffle and views are set per epoch in the main process, so it is read by one loader
+iterator a pass (its workers start again at every epoch), and a resumed run reads and decodes the batches it skips.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any, Iterator
+
+import torch
+from accelerate import Accelerator
+from torch.utils.data import DataLoader, Dataset
+
+from mpp.config.data import DataConfig
+from mpp.data.hugging_face import StreamingImageDataset
+from mpp.data.image_dataset import SkipsUndecodableImages
+from mpp.data.loading import build_training_loader, move_to_device
+from mpp.run.session import local_processes
+
+logger = logging.getLogger(__name__)
+
+
+class TrainingBatches:
+    """This process's batches of a training run, epoch after epoch without end, from pass ``start`` of the run (one
+    optimizer step is ``accumulation_steps`` passes); ``close`` ends the loader's workers."""
+
+    def __init__(self, accelerator: Accelerator, dataset: Dataset, loader: DataLoader, start: int) -> None:
+        self.accelerator, self.dataset = accelerator, dataset
+        self.batches = self.endless(loader, start)
+
+    def endless(self, loader: DataLoader, start: int) -> Iterator[Any]:
+        while not isinstance(self.dataset, StreamingImageDataset):
+            yield from loader  # a run's is endless already, from its sampler's start; any other is read again
+        epoch, skip = 0, start
+        while True:
+            self.dataset.set_epoch(epoch)  # the stream's shuffle and its views are functions of (seed, epoch)
+            batches = iter(loader)
+            skip -= sum(1 for _ in itertools.islice(batches, skip))
+            yield from batches
+            epoch += 1
+
+    def __iter__(self) -> TrainingBatches:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self.batches)
+
+    def close(self) -> None:
+        self.batches.close()
+
+    def skipped_images(self) -> int:
+        """Images that could not be decoded and were skipped, over all processes; logged with a few of their names.
+        Every process calls it (a reduction)."""
+        reports = isinstance(self.dataset, SkipsUndecodableImages)  # in-memory data has nothing to skip
+        count = self.dataset.skipped_count() if reports else 0
+        total = int(self.accelerator.reduce(torch.tensor(count, device=self.accelerator.device), "sum"))
+        if total:
+            names = self.dataset.undecodable_files()[:5] if reports else []
+            logger.warning("skipped %d image(s) that could not be decoded%s", total,
+                           f" (this process: {', '.join(names)}{', ...' if count > len(names) else ''})"
+                           if names else "")
+        return total
+
+
+def training_batches(accelerator: Accelerator, dataset: Dataset, micro_batch_size: int, accumulation_steps: int,
+                     cfg: DataConfig, seed: int, start_step: int = 0) -> TrainingBatches:
+    """The batches of ``micro_batch_size`` images a run reads from optimizer step ``start_step`` on, on this process
+    (its share of every step), on the device."""
+    start = start_step * accumulation_steps
+    loader = build_training_loader(dataset, micro_batch_size, cfg, seed, accelerator.num_processes,
+                                   accelerator.process_index, accelerator.device.type, local_processes(accelerator),
+                                   start, accumulation_steps)
+    return TrainingBatches(accelerator, dataset, move_to_device(accelerator, loader), start)
