@@ -7,11 +7,16 @@ instead of somewhere in a run.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
 from accelerate import Accelerator
+from accelerate.utils import SAFE_WEIGHTS_NAME
 from timm.models.vision_transformer import VisionTransformer
 from torch.optim.optimizer import _get_capturable_supported_devices
 from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+ModuleClass = TypeVar("ModuleClass", bound=type[torch.nn.Module])
 
 
 def prepared_models_and_optimizers(accelerator: Accelerator) -> tuple[list[torch.nn.Module], list]:
@@ -24,6 +29,33 @@ def forget_prepared_loader(accelerator: Accelerator, loader: torch.utils.data.Da
     accelerator._dataloaders.remove(loader)
 
 
+def saved_model_file(index: int) -> str:
+    """The file in which ``save_state`` writes the weights of the index-th prepared model: ``SAFE_WEIGHTS_NAME``
+    (model.safetensors), then model_1.safetensors and on; accelerate has no name for those after the first."""
+    return SAFE_WEIGHTS_NAME if not index else SAFE_WEIGHTS_NAME.replace(".", f"_{index}.")
+
+
+def accelerate_launch_variable() -> str:
+    """A variable ``accelerate launch`` sets in the environment of the process it starts, read as the sign that a
+    process has that launcher: accelerate names no variable for that."""
+    return "ACCELERATE_DYNAMO_BACKEND"
+
+
+def with_fsdp2_tensor_lookup(cls: ModuleClass) -> ModuleClass:
+    """The module class with ``get_parameter_or_buffer``, as a transformers model has it: accelerate's FSDP2 loading
+    (``fsdp2_load_full_state_dict``) looks each state-dict tensor up by it, and on a model without it splits the name
+    at its last dot, which a parameter of the model itself (no submodule) has none of."""
+
+    def get_parameter_or_buffer(self: torch.nn.Module, target: str) -> torch.Tensor:
+        try:
+            return self.get_parameter(target)
+        except AttributeError:
+            return self.get_buffer(target)
+
+    cls.get_parameter_or_buffer = get_parameter_or_buffer
+    return cls
+
+
 def fused_optimizer_devices() -> list[str]:
     """Device types torch has fused AdamW and SGD kernels for."""
     return _get_fused_kernels_supported_devices()
@@ -32,6 +64,15 @@ def fused_optimizer_devices() -> list[str]:
 def capturable_optimizer_devices() -> list[str]:
     """Device types on which torch's AdamW may keep its step count on the device (``capturable=True``)."""
     return _get_capturable_supported_devices()
+
+
+def tell_fused_optimizer_whether_to_skip(optimizer: torch.optim.Optimizer, skip: torch.Tensor) -> None:
+    """From now on, each step of a fused optimizer (AdamW or SGD with ``fused=True``) leaves parameters, optimizer
+    state and step count as they are where ``skip`` (a bool scalar on the device) is true, decided on the device: the
+    kernels read it as ``found_inf``, which ``GradScaler.step`` sets on an optimizer whose step supports AMP scaling.
+    Not quite for fused SGD with momentum's first step: skipped, it keeps the momentum buffer it made by
+    ``empty_like``, unset, and its next step reads it (torch 2.14)."""
+    optimizer.found_inf = skip.float()
 
 
 def add_position_embeddings(encoder: VisionTransformer, patches: torch.Tensor) -> torch.Tensor:

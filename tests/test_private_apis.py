@@ -3,19 +3,32 @@ relies on: a release that changes one fails here, by name."""
 
 from __future__ import annotations
 
+import subprocess
+from types import SimpleNamespace
+
 import pytest
 import torch
+import torch.distributed as dist
 from accelerate import Accelerator
+from accelerate.commands.launch import launch_command, launch_command_parser
+from accelerate.utils import SAFE_WEIGHTS_NAME, fsdp2_load_full_state_dict
+from safetensors.torch import load_file
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
 from torch.utils.data import DataLoader, TensorDataset
 
 from devices import USE_CPU
 from mpp.models.encoder import create_encoder
 from mpp.private_apis import (
+    accelerate_launch_variable,
     add_position_embeddings,
     capturable_optimizer_devices,
     forget_prepared_loader,
     fused_optimizer_devices,
     prepared_models_and_optimizers,
+    saved_model_file,
+    tell_fused_optimizer_whether_to_skip,
+    with_fsdp2_tensor_lookup,
 )
 
 
@@ -33,10 +46,100 @@ def test_accelerate_lists_what_it_prepared_and_save_state_writes_without_a_forgo
     assert {"model.safetensors", "optimizer.bin"} <= {path.name for path in (tmp_path / "state").iterdir()}
 
 
+def test_save_state_writes_each_prepared_models_weights_to_its_file(tmp_path):
+    accelerator = Accelerator(cpu=USE_CPU)
+    first, second = accelerator.prepare(torch.nn.Linear(2, 2), torch.nn.Linear(3, 1))
+    accelerator.save_state(str(tmp_path))
+    assert saved_model_file(0) == SAFE_WEIGHTS_NAME == "model.safetensors"
+    for index, model in enumerate((first, second)):
+        weights = load_file(tmp_path / saved_model_file(index))
+        assert weights.keys() == model.state_dict().keys()
+        assert all(torch.equal(weights[name], tensor.cpu()) for name, tensor in model.state_dict().items())
+
+
+def test_accelerate_launch_sets_its_variable_for_the_process_it_starts(monkeypatch):
+    started = []
+
+    class Process:  # the training process, not started: its environment is recorded
+        returncode = 0
+
+        def __init__(self, command: list[str], env: dict[str, str]):
+            started.append(env)
+
+        def wait(self) -> int:
+            return self.returncode
+
+    monkeypatch.delenv(accelerate_launch_variable(), raising=False)
+    monkeypatch.setattr(subprocess, "Popen", Process)
+    launch_command(launch_command_parser().parse_args([
+        "--cpu", "--num_cpu_threads_per_process", "1", "--num_processes", "1", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no", "train.py"]))
+    assert len(started) == 1 and accelerate_launch_variable() in started[0]
+
+
+@with_fsdp2_tensor_lookup
+class TopLevelParameter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(4))  # a name without a dot, as MPP's mask_embedding
+        self.inner = torch.nn.Linear(2, 2)
+
+
+def test_accelerates_fsdp2_loading_looks_each_tensor_up_by_the_method_given(monkeypatch):
+    looked_up = []
+    lookup = TopLevelParameter.get_parameter_or_buffer
+
+    def recorded_lookup(model: torch.nn.Module, target: str) -> torch.Tensor:
+        looked_up.append(target)
+        return lookup(model, target)
+
+    monkeypatch.setattr(TopLevelParameter, "get_parameter_or_buffer", recorded_lookup)
+    model = TopLevelParameter()
+    full = {name: torch.randn_like(tensor) for name, tensor in model.state_dict().items()}
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # one process: nothing to wait for
+    try:
+        fully_shard(model, mesh=init_device_mesh("cpu", (1,)))
+        fsdp2_load_full_state_dict(SimpleNamespace(is_main_process=True), model, full)
+        loaded = {name: tensor.full_tensor() for name, tensor in model.state_dict().items()}
+    finally:
+        dist.destroy_process_group()
+    assert looked_up == list(full)
+    assert loaded.keys() == full.keys() and all(torch.equal(loaded[name], full[name]) for name in full)
+
+
 def test_torch_names_the_devices_of_its_fused_and_capturable_optimizers():
     assert {"cuda", "cpu"} <= set(fused_optimizer_devices())  # fused AdamW/SGD on the CPU and GPUs
     assert {"cuda", "xla"} <= set(capturable_optimizer_devices())  # a step count on an XLA device
     assert "xla" not in fused_optimizer_devices()
+
+
+def fused_step(optimizer: torch.optim.Optimizer, parameter: torch.nn.Parameter, skip: bool) -> list[torch.Tensor]:
+    """One step of ``optimizer``, told whether to skip it; then the parameter and its optimizer state."""
+    parameter.grad = torch.ones_like(parameter)
+    tell_fused_optimizer_whether_to_skip(optimizer, torch.tensor(skip))
+    optimizer.step()
+    return [parameter.detach().clone()] + [value.clone() for value in optimizer.state[parameter].values()
+                                           if torch.is_tensor(value)]
+
+
+@pytest.mark.parametrize("optimizer_class, settings", [(torch.optim.AdamW, {}), (torch.optim.SGD, {"momentum": 0.9})],
+                         ids=["AdamW", "SGD"])
+def test_a_fused_optimizer_skips_its_step_where_told_and_takes_it_elsewhere(optimizer_class, settings):
+    parameter = torch.nn.Parameter(torch.ones(3))
+    optimizer = optimizer_class([parameter], lr=0.1, fused=True, **settings)
+    before = fused_step(optimizer, parameter, skip=False)
+    skipped = fused_step(optimizer, parameter, skip=True)
+    assert len(skipped) > 1 and all(torch.equal(old, new) for old, new in zip(before, skipped))
+    taken = fused_step(optimizer, parameter, skip=False)
+    assert (taken[0] < skipped[0]).all()
+
+
+def test_a_fused_adamw_skipping_its_first_step_stays_as_new():
+    # Not so fused SGD with momentum: on a skipped first step it keeps the momentum buffer it made with empty_like.
+    parameter = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.AdamW([parameter], lr=0.1, fused=True)
+    skipped = fused_step(optimizer, parameter, skip=True)
+    assert torch.equal(skipped[0], torch.ones(3)) and not any(value.any() for value in skipped[1:])  # step 0, moments 0
 
 
 def test_timm_prepends_the_class_token_and_adds_the_position_embeddings(tiny_model_config):

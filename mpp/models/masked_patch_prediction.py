@@ -19,7 +19,7 @@ from mpp.keyed_random import KeyedDraws, keys_of
 from mpp.models.corruption import Corruption, corrupt_patch_embeddings, draw_corruption, select_patches
 from mpp.models.encoder import BuiltOnEncoder, InputNormalisation
 from mpp.models.targets import TARGETS, num_colour_classes
-from mpp.private_apis import add_position_embeddings
+from mpp.private_apis import add_position_embeddings, with_fsdp2_tensor_lookup
 from mpp.raw_images import unit_interval
 
 CORRUPTION_STREAM = 0x4D5050  # folded into each image's key: its corruption is drawn apart from its view
@@ -34,6 +34,7 @@ class MPPOutput:
     corruption: Corruption
 
 
+@with_fsdp2_tensor_lookup  # accelerate's FSDP2 loading finds the top-level mask_embedding
 class MaskedPatchPredictor(BuiltOnEncoder):
     """A ViT with MPP's parts around it: the encoder (``encoder``, timm's ViT, and ``normalise``, its input
     normalisation, as in every model here), the learnable [mask] embedding, the prediction head and the target
@@ -54,15 +55,6 @@ class MaskedPatchPredictor(BuiltOnEncoder):
         self.mask_embedding = nn.Parameter(torch.empty(dim))
         nn.init.trunc_normal_(self.mask_embedding, std=0.02)
         self.head = nn.Linear(dim, self.target.outputs)
-
-    def get_parameter_or_buffer(self, target: str) -> torch.Tensor:
-        """The parameter or buffer of this (dotted) name, as on a transformers model. accelerate's FSDP2 (1.15,
-        ``fsdp2_load_full_state_dict``) looks each tensor up so and, on a model without this, splits the name at its
-        last dot, which ``mask_embedding`` has none of."""
-        try:
-            return self.get_parameter(target)
-        except AttributeError:
-            return self.get_buffer(target)
 
     @torch.jit.ignore
     def no_weight_decay(self) -> set[str]:

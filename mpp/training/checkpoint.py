@@ -37,7 +37,7 @@ from timm.utils import ModelEmaV3
 from mpp.config.runs import TrainingRunConfig
 from mpp.config_loading import config_to_dict, save_config
 from mpp.errors import ConfigError, RunError
-from mpp.private_apis import prepared_models_and_optimizers
+from mpp.private_apis import prepared_models_and_optimizers, saved_model_file
 from mpp.run.directory import CHECKPOINTS_DIR, CONFIG_FILE, PARTIAL_SUFFIX
 
 STATE_FILE = "trainer_state.json"  # the step and every other file's size and CRC-32; written last
@@ -281,6 +281,5 @@ def load_weights_through_the_host(models: list[torch.nn.Module], input_dir: str)
     in; the models are then taken off the list accelerate loads. Its own loading asks safetensors where the model's
     tensors are stored, which an XLA tensor cannot say."""
     for index, model in enumerate(models):
-        model.load_state_dict(load_file(Path(input_dir) / (f"model_{index}.safetensors" if index else
-                                                           "model.safetensors")))
+        model.load_state_dict(load_file(Path(input_dir) / saved_model_file(index)))
     models.clear()

@@ -20,6 +20,7 @@ from typing import Any, Iterator
 import torch
 
 from mpp.errors import RunError
+from mpp.private_apis import tell_fused_optimizer_whether_to_skip
 
 
 class NonFiniteStep(RunError):
@@ -52,7 +53,7 @@ class NonFiniteGuard:
         if self.scaler_skips:  # the fp16 scaler skips such a step itself
             yield
         elif self.fused:
-            self.optimizer.found_inf = bad.float()
+            tell_fused_optimizer_whether_to_skip(self.optimizer, bad)
             yield
         else:
             before = self.snapshot()

@@ -19,13 +19,15 @@ from typing import Any, Optional
 import torch
 from accelerate import Accelerator
 
+from mpp.private_apis import accelerate_launch_variable
+
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # a second one acts as it would have: it stops at once
 # What the kernel sends a training process when its launcher dies (stop_with_launcher). Not a stop signal of its own:
 # it often follows a SIGTERM sent to the launcher's whole process group, and must not count as the second one. Not
 # SIGHUP, which nohup ignores (and the signal with it).
 LAUNCHER_GONE = signal.SIGUSR2
 # Set by the launchers in the environment of the processes they start: accelerate launch (one process or many), torchrun
-LAUNCHER_VARIABLES = ("ACCELERATE_DYNAMO_BACKEND", "TORCHELASTIC_RUN_ID")
+LAUNCHER_VARIABLES = (accelerate_launch_variable(), "TORCHELASTIC_RUN_ID")
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
