@@ -23,7 +23,7 @@ def class_scores(hits: torch.Tensor, prefix: str = "") -> dict[str, float | list
     """``class_hits`` (summed over batches) -> ``<prefix>accuracy``, ``<prefix>balanced_accuracy`` (over the classes
     seen) and ``<prefix>per_class_accuracy`` (None for a class not seen)."""
     right, seen = hits.double().cpu().unbind(dim=1)
-    per_class = [r / s if s else None for r, s in zip(right.tolist(), seen.tolist())]
+    per_class = [r / s if s else None for r, s in zip(right.tolist(), seen.tolist(), strict=True)]
     present = [value for value in per_class if value is not None]
     return {
         f"{prefix}accuracy": right.sum().item() / seen.sum().item() if seen.sum() else math.nan,

@@ -256,7 +256,8 @@ def test_every_link_between_the_pages_and_to_the_repository_leads_somewhere():
 
 
 FRONT_PAGE_EXPERIMENTS = {"Fashion-MNIST": "reproduce-fashion-mnist-cpu", "Shapes": "reproduce-shapes-cpu",
-                          "Clip art, 32 px": "reproduce-openclipart-cpu", "Clip art, 64 px": "reproduce-openclipart-64-cpu"}
+                          "Clip art, 32 px": "reproduce-openclipart-cpu",
+                          "Clip art, 64 px": "reproduce-openclipart-64-cpu"}
 FRONT_PAGE_ROWS = {"from scratch": "scratch", "MPP, 3-bit mean colour, 50% corrupted": "mpp-colour-50",
                    "supervised, all labels": "supervised",
                    "logistic regression on the raw pixels": "linear_probe_labelled"}

@@ -129,7 +129,7 @@ def test_a_fused_optimizer_skips_its_step_where_told_and_takes_it_elsewhere(opti
     optimizer = optimizer_class([parameter], lr=0.1, fused=True, **settings)
     before = fused_step(optimizer, parameter, skip=False)
     skipped = fused_step(optimizer, parameter, skip=True)
-    assert len(skipped) > 1 and all(torch.equal(old, new) for old, new in zip(before, skipped))
+    assert len(skipped) > 1 and all(torch.equal(old, new) for old, new in zip(before, skipped, strict=True))
     taken = fused_step(optimizer, parameter, skip=False)
     assert (taken[0] < skipped[0]).all()
 

@@ -15,8 +15,8 @@ them), its output in ``<dir>/<stage>.log``:
 - ``pretrain``: ImageNet-like JPEGs written on the spot, ``python -m mpp.data.prepare``, then the ViT-B/16 MPP preset
   on them (bf16, compiled) for a few minutes, stopped by SIGTERM, resumed with ``--resume``, its export loaded by timm
   and transformers;
-- ``loader``: ``python -m mpp.benchmark.loader_speed`` on the machine's cores beside the step's images/s: how many loader
-  cores one GPU needs;
+- ``loader``: ``python -m mpp.benchmark.loader_speed`` on the machine's cores beside the step's images/s: how many
+  loader cores one GPU needs;
 - ``fsdp``: accelerate's FSDP, one process on the GPU: a short run, its checkpoint, ``--resume``, the export;
 - ``profile``: where the step's time goes, supervised and MPP, by ``python -m mpp.benchmark.step_profile``;
 - ``reproduce``: the Fashion-MNIST reproductions at a GPU's scale (``recipes/reproduce.py``: all labels, then 100 per
@@ -108,8 +108,8 @@ def gpu_plan() -> Plan:
                 step_args=("--steps", "10", "--repeats", "5", "--warmup", "3"),
                 profile_args=("--steps", "5", "--warmup", "3"), jpegs=2048, short_side=256,
                 pretrain=("train.compile=true", "train.log_every=20", "train.warmup_steps=100"),
-                stop_after_s=30, loader_args=("--workers", *map(str, workers), "--imagenet-images", "512", "--seconds", "2",
-                                          "--rounds", "2", "--paths", "prepared", "gpu-decode"),
+                stop_after_s=30, loader_args=("--workers", *map(str, workers), "--imagenet-images", "512",
+                                          "--seconds", "2", "--rounds", "2", "--paths", "prepared", "gpu-decode"),
                 run_args=("--compile", "--epoch-steps", "8", "50", "--steps", "150", "--repeats", "1"),
                 # The fast lane (the whole suite is CPU-bound recipe launches) over 8 of the cores: in one process it
                 # ran 572 tests in 150 s on an H200's machine.
@@ -378,8 +378,8 @@ def export_loads(export: Path) -> dict[str, Any]:
 
 def loader_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
     table = work / "loader.json"
-    outcome = run(plan, [sys.executable, "-m", "mpp.benchmark.loader_speed", "--only-imagenet", *plan.loader_args, "--json",
-                   str(table)], out / "loader.log", plan.limits_s["loader"])
+    outcome = run(plan, [sys.executable, "-m", "mpp.benchmark.loader_speed", "--only-imagenet", *plan.loader_args,
+                         "--json", str(table)], out / "loader.log", plan.limits_s["loader"])
     if outcome.returncode != 0:
         return failed(f"exit {outcome.returncode}; see loader.log")
     rows = json.loads(table.read_text())["rows"]

@@ -2,12 +2,12 @@
 
 - ``python -m mpp.benchmark`` (``training_step.py``): the training step's images/s, peak memory and FLOP utilisation,
   for supervised, MPP and vit-pytorch's MPP, timed in turn.
-- ``python -m mpp.benchmark.loader_speed`` (``loader_speed.py``): images/s of every data source at several worker counts,
-  next to the training step.
+- ``python -m mpp.benchmark.loader_speed`` (``loader_speed.py``): images/s of every data source at several worker
+  counts, next to the training step.
 - ``python -m mpp.benchmark.training_run`` (``training_run.py``): the pre-training recipe on prepared images, its
   images/s and the share of its time spent waiting for data beside the step's, on a small and a large dataset.
-- ``python -m mpp.benchmark.checkpoint_speed`` (``checkpoint_speed.py``): saving, verifying and loading a checkpoint of the
-  ViT-B/16 preset's size (synthetic state), from the page cache and (``--cold``) from the disk.
+- ``python -m mpp.benchmark.checkpoint_speed`` (``checkpoint_speed.py``): saving, verifying and loading a checkpoint of
+  the ViT-B/16 preset's size (synthetic state), from the page cache and (``--cold``) from the disk.
 - ``python -m mpp.benchmark.step_profile`` (``step_profile.py``): where the step's time goes, by kind of work.
 
 Run them from the repository root: their default preset is ``recipes/configs/mpp_tiny_cpu.yaml``.

@@ -155,7 +155,8 @@ class BaselineFileDataset(ImageDataset):
 
 
 def baseline_views(images: list[Image.Image], boxes: list[list[float]], size: int) -> list[Image.Image]:
-    return [image.resize((size, size), Image.Resampling.BILINEAR, box=box) for image, box in zip(images, boxes)]
+    return [image.resize((size, size), Image.Resampling.BILINEAR, box=box)
+            for image, box in zip(images, boxes, strict=True)]
 
 
 def baseline_batch(views: list[Image.Image], flips: torch.Tensor) -> torch.Tensor:
@@ -173,14 +174,14 @@ def stage_milliseconds(files: list[bytes], size: int, passes: int = 3) -> dict[s
     whole = [decode(open_image(file), "RGB") for file in files]
     pixels = [decoded_jpeg(file, "RGB") for file in files]
     pil_views = baseline_views(whole, boxes, size)
-    torch_views = [resized_crop_of_pixels(image, box, size) for image, box in zip(pixels, boxes)]
+    torch_views = [resized_crop_of_pixels(image, box, size) for image, box in zip(pixels, boxes, strict=True)]
     stages = {
         "open (header only)": lambda: [open_image(file) for file in files],
         "decode whole, PIL (baseline)": lambda: [decode(open_image(file), "RGB") for file in files],
         "decode whole, torchvision (library)": lambda: [decoded_jpeg(file, "RGB") for file in files],
         "cut and resize, PIL (baseline)": lambda: baseline_views(whole, boxes, size),
         "cut and resize, torch uint8 (library)": lambda: [resized_crop_of_pixels(image, box, size)
-                                                          for image, box in zip(pixels, boxes)],
+                                                          for image, box in zip(pixels, boxes, strict=True)],
         "float batch, mirrored (baseline)": lambda: baseline_batch(pil_views, flips),
         "uint8 batch, mirrored (library)": lambda: view.batch_of(torch_views, flips),
     }

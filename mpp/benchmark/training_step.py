@@ -229,7 +229,8 @@ def timed_in_turn(connections: dict[str, Connection], batch: int, steps: int, re
         try:
             connection.recv()
         except EOFError:
-            raise RuntimeError(f"the {row!r} row's process ended before it was ready (its traceback is above)") from None
+            raise RuntimeError(f"the {row!r} row's process ended before it was ready (see its traceback above)"
+                               ) from None
     timings: dict[str, list[float]] = {row: [] for row in connections}
     for _ in range(repeats):
         for row, connection in connections.items():
@@ -290,7 +291,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                "compile": args.compile, "rows": measured, "peer_not_measured": peer_absent}
     device = results["device"] = results["rows"]["mpp"]["device"]
     peak = peak_flops(device)
-    for row, result in results["rows"].items():
+    for result in results["rows"].values():
         achieved = result["images_per_second"] * result["training_flops_per_image"]
         result["model_flops_utilisation"] = achieved / peak if peak and args.precision == "bf16" else None
     speed = {row: result["images_per_second"] for row, result in results["rows"].items()}

@@ -39,7 +39,7 @@ def epochs_and_positions(positions: Sequence[Union[int, EpochPosition]]) -> tupl
     """(b) epochs and the b positions of a batch's positions: ``(epoch, position)`` pairs, as a training run samples
     them (``mpp.data.batch_order``), or plain positions, read as epoch 0 (evaluation, sampling)."""
     if positions and isinstance(positions[0], tuple):
-        epochs, plain = zip(*positions)
+        epochs, plain = zip(*positions, strict=True)
         return torch.tensor(epochs, dtype=torch.long), list(plain)
     return torch.zeros(len(positions), dtype=torch.long), list(positions)
 
@@ -149,7 +149,7 @@ class ImageDataset(Dataset):
         boxes, flips = self.view.draw(*image_sizes([image for _, _, _, image in opened]),
                                       self.opened_draws(opened, epochs))
         views, shown = [], []
-        for (position, index, file, image), box, epoch in zip(opened, boxes.tolist(), epochs.tolist()):
+        for (position, index, file, image), box, epoch in zip(opened, boxes.tolist(), epochs.tolist(), strict=True):
             while True:
                 try:
                     views.append(self.view.resized_crop_of_file(file, image, box, self.source.mode))

@@ -95,7 +95,7 @@ class ImageFolderSource(FileSource):
         seen: set[str] = set()  # resolved paths: a file linked into two classes is read once, in the first
         scans = [image_files(root / name, seen) for name in present]
         report_passed_over(root, scans)
-        for name, scan in zip(present, scans):
+        for name, scan in zip(present, scans, strict=True):
             found = scan.files
             self.files += found
             labels += [self.class_names.index(name)] * len(found)

@@ -167,7 +167,7 @@ def copy_masks(labels: torch.Tensor, params: ShapeParams, image_size: int) -> to
          - (sin * to_v)[..., None, None] * (coords - x[..., None])[..., None, :])
     per_class = torch.bincount(labels, minlength=len(SHAPES)).tolist()
     inside = torch.cat([is_inside(u_class, v_class) for is_inside, u_class, v_class
-                        in zip(SHAPES.values(), u.split(per_class), v.split(per_class))])
+                        in zip(SHAPES.values(), u.split(per_class), v.split(per_class), strict=True)])
     return inside[order.argsort()]
 
 

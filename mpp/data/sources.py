@@ -1,7 +1,7 @@
 """Every kind of ``data.source``, and the reader that opens one split of it.
 
-``mpp.config.data.SOURCE_KINDS`` declares what ``data.source`` may say (each kind, whether it takes a location, its usage
-line); ``READERS`` here opens each. A new format is a module with its reader, one line in each of the two.
+``mpp.config.data.SOURCE_KINDS`` declares what ``data.source`` may say (each kind, whether it takes a location, its
+usage line); ``READERS`` here opens each. A new format is a module with its reader, one line in each of the two.
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ class ImageView:
         opened = [open_image(file) for file in files]
         boxes, flips = self.draw(*image_sizes(opened), draws)
         return self.batch_of([self.resized_crop_of_file(file, image, box, "RGB")
-                              for file, image, box in zip(files, opened, boxes.tolist())], flips)
+                              for file, image, box in zip(files, opened, boxes.tolist(), strict=True)], flips)
 
     def resized_crop_of_file(self, file: bytes, image: Image.Image, box: list[float], mode: str) -> torch.Tensor:
         """One file (and ``image``, the file opened) -> its ``box`` (x0 y0 x1 y1, in its pixels) as a (c size size)
@@ -80,7 +80,7 @@ class ImageView:
         224-pixel view of an ImageNet photo cost before, ``python -m mpp.benchmark.loader_speed``)."""
         batch = torch.empty(len(views), *views[0].shape, dtype=torch.uint8)
         mirror = [False] * len(views) if flips is None else flips.tolist()
-        for i, (view, flip) in enumerate(zip(views, mirror)):
+        for i, (view, flip) in enumerate(zip(views, mirror, strict=True)):
             batch[i] = view.flip(-1) if flip else view
         return batch
 
@@ -98,7 +98,7 @@ def resized_crop_of_pixels(pixels: torch.Tensor, box: list[float], size: int) ->
 
 def image_sizes(images: list[Image.Image]) -> tuple[torch.Tensor, torch.Tensor]:
     """(b) heights, (b) widths of images (opened files: from their headers)."""
-    heights, widths = zip(*((float(image.height), float(image.width)) for image in images))
+    heights, widths = zip(*((float(image.height), float(image.width)) for image in images), strict=True)
     return torch.tensor(heights), torch.tensor(widths)
 
 

@@ -58,7 +58,8 @@ def few_shot_evaluation(
     class_names: Sequence[str] = (),
 ) -> dict[str, dict]:
     """Per k of ``cfg.shots``: test accuracy and balanced accuracy (mean and standard deviation over ``cfg.seeds``
-    draws) and each draw's, and its chosen penalty. ``features_of(positions)`` gives the (features, labels) of those training images.
+    draws) and each draw's, and its chosen penalty. ``features_of(positions)`` gives the (features, labels) of those
+    training images.
 
     Each seed draws a hold-out slice of ``cfg.holdout_per_class`` images per class, then the shots from the rest."""
     draws = []
@@ -120,7 +121,8 @@ class FewShotMonitor:
                 features.append(extractor(images))
         extractor.train(was_training)
         features = torch.cat(features)
-        shots, holdout, test = ((features[a:b], self.labels[a:b]) for a, b in zip(self.bounds, self.bounds[1:]))
+        shots, holdout, test = ((features[a:b], self.labels[a:b])
+                                for a, b in zip(self.bounds, self.bounds[1:], strict=False))
         return ridge_scores(shots, holdout, test, self.num_classes, DEFAULT_L2_GRID)[0]["accuracy"]
 
     def __call__(self, step: int, images_seen: int) -> None:

@@ -59,7 +59,7 @@ def attention_weights(encoder: VisionTransformer, images: torch.Tensor) -> list[
         encoder.eval()
         encoder.forward_features(images)
     finally:
-        for attention, was_fused in zip(attentions, fused):
+        for attention, was_fused in zip(attentions, fused, strict=True):
             attention.fused_attn = was_fused
         for handle in handles:
             handle.remove()

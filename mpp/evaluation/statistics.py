@@ -87,7 +87,7 @@ def paired_difference(better: Sequence[float], worse: Sequence[float], scale: fl
     if len(better) != len(worse) or not better:
         raise ValueError(f"paired results need as many values on each side, at least one: {len(better)}, "
                          f"{len(worse)}")
-    differences = [scale * (b - w) for b, w in zip(better, worse)]
+    differences = [scale * (b - w) for b, w in zip(better, worse, strict=True)]
     n, mean = len(differences), statistics.fmean(differences)
     if n < 2:
         return PairedDifference(mean, 0.0, n, mean, mean, None, None)

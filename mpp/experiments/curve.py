@@ -168,7 +168,7 @@ def plotted_measures(results: dict[str, Any]) -> dict[str, str]:
     if {"linear_probe", "linear_probe_balanced"} <= set(measures):
         pairs = [(figures["linear_probe"], figures["linear_probe_balanced"]) for figures in curve.values()]
         pairs.append(([results["pixels"]["linear_probe"]], [results["pixels"]["linear_probe_balanced"]]))
-        if all(abs(a - b) < 5e-4 for plain, balanced in pairs for a, b in zip(plain, balanced)):
+        if all(abs(a - b) < 5e-4 for plain, balanced in pairs for a, b in zip(plain, balanced, strict=True)):
             del measures["linear_probe_balanced"]
             measures["linear_probe"] = "linear probe, all labels (= its balanced accuracy)"
     return measures

@@ -72,7 +72,7 @@ def holm_summary(comparisons: list[Comparison]) -> list[str]:
     adjusted = holm_adjusted([comparison.difference.p_value for comparison in tested])
     shown = sum(comparison.difference.shown for comparison in tested)
     kept = [f"{comparison.finding} ({comparison.column}: {'the opposite, ' if comparison.difference.mean < 0 else ''}"
-            f"Holm p {p:.2g})" for comparison, p in zip(tested, adjusted)
+            f"Holm p {p:.2g})" for comparison, p in zip(tested, adjusted, strict=True)
             if comparison.difference.shown and p is not None and p < 0.05]
     said = (f"These tables read {len(tested)} comparisons, {shown} shown each on its own; after a Holm correction "
             f"across all {len(tested)} (5% family-wise), ")

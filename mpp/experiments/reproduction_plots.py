@@ -30,7 +30,7 @@ def plot_results(results: dict[str, Any], output_dir: Path) -> list[Path]:
         mean, std = mean_std(values[y])
         axes.barh(y, mean, xerr=std, color=COLOURS[row["pretraining"]], alpha=0.6, capsize=3)
         axes.plot(values[y], [y] * len(values[y]), "k.", markersize=5)
-    for (label, value), style in zip(references.items(), ("--", ":", "-.")):
+    for (label, value), style in zip(references.items(), ("--", ":", "-."), strict=False):
         axes.axvline(value, color="k", linestyle=style, linewidth=1, label=label)
     axes.axvline(100 / results["classes"], color="0.6", linewidth=1, label="chance")
     figure.legend(fontsize="small", loc="outside lower center", ncols=2)

@@ -77,7 +77,8 @@ its full configuration (`config.yaml`), log and `metrics.json`.
 timm `VisionTransformer` (`{config.model.name}` with the sizes below), {parameters / 1e6:.2f}M parameters:
 {image_size}x{image_size} px images in {patch_size}x{patch_size} patches, width {encoder.embed_dim},
 {len(encoder.blocks)} blocks, {encoder.blocks[0].attn.num_heads} heads, {encoder.patch_embed.proj.in_channels} input
-channels. Inputs are images in [0, 1] normalised by mean {list(data.mean)} and standard deviation {list(data.std)} (also in `config.json`).
+channels. Inputs are images in [0, 1] normalised by mean {list(data.mean)} and standard deviation \
+{list(data.std)} (also in `config.json`).
 
 ## Training
 

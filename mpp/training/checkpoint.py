@@ -88,7 +88,7 @@ def record_files(checkpoint: Path) -> dict[str, dict[str, int]]:
     """Each file of ``checkpoint`` but the state file, by its path inside: its size in bytes and CRC-32."""
     paths = [path for path in sorted(checkpoint.rglob("*")) if path.is_file() and path.name != STATE_FILE]
     return {path.relative_to(checkpoint).as_posix(): {"bytes": path.stat().st_size, "crc32": crc}
-            for path, crc in zip(paths, files_crc32(paths))}
+            for path, crc in zip(paths, files_crc32(paths), strict=True)}
 
 
 def checkpoint_damage(checkpoint: Path) -> Optional[str]:
@@ -106,7 +106,7 @@ def checkpoint_damage(checkpoint: Path) -> Optional[str]:
             return f"{name} is missing"
         if path.stat().st_size != expected["bytes"]:
             return f"{name} holds {path.stat().st_size} bytes, {expected['bytes']} when saved"
-    for (name, expected), crc in zip(files.items(), files_crc32([checkpoint / name for name in files])):
+    for (name, expected), crc in zip(files.items(), files_crc32([checkpoint / name for name in files]), strict=True):
         if crc != expected["crc32"]:
             return f"{name} does not match the checksum recorded when saved"
     return None

@@ -107,7 +107,8 @@ def test_mpp_accuracy_by_region_counts_each_corrupted_patch_in_the_region_it_lie
     holds no shape pixel: accuracy is then 1 outside the shapes and stays low inside them and on outlines."""
     run = tmp_path / "run"
     overrides = [f"model.{key}={value}" for key, value in TINY_MODEL.items()] + [
-        "model.img_size=32", "train.steps=2", "train.global_batch_size=8", "train.log_every=1", "train.checkpoint_every=2",
+        "model.img_size=32", "train.steps=2", "train.global_batch_size=8", "train.log_every=1",
+        "train.checkpoint_every=2",
         "monitor.few_shot_every=0", "monitor.mosaic_every=0", "monitor.final_few_shot_draws=0", f"output_dir={run}"]
     recipe = subprocess.run([sys.executable, "recipes/mpp.py", *overrides], capture_output=True, text=True)
     assert recipe.returncode == 0, recipe.stderr[-2000:]

@@ -100,8 +100,8 @@ def test_a_folder_too_small_for_a_batch_says_first_what_is_wrong_with_its_files(
     assert "micro_batch_size" not in str(refused.value)
     # Some readable: the batch size is the fix, and the broken files are still counted.
     cfg = DataConfig(source=f"folder:{folder_with_broken_files(tmp_path / 'some', good=12, broken=8)}")
-    with pytest.raises(DataError, match=r"the training set has 20 images \(8 of them cannot be decoded, e.g. .*\), fewer "
-                                        r"than one batch of 64; lower train.micro_batch_size"):
+    with pytest.raises(DataError, match=r"the training set has 20 images \(8 of them cannot be decoded, e.g. .*\), "
+                                        r"fewer than one batch of 64; lower train.micro_batch_size"):
         build_loader(build_dataset(cfg, "train", 4, channels=3, augment=True), batch_size=64, cfg=cfg, train=True)
 
 
@@ -166,7 +166,8 @@ def test_the_recipe_reports_skipped_files_at_the_end_and_stops_when_too_many_fai
 def test_testing_on_the_training_images_is_warned_about(tmp_path, caplog, eval_folder):
     root = folder_with_broken_files(tmp_path / "images", good=10, broken=0)
     (tmp_path / "link").symlink_to(root)
-    cfg = DataConfig(source=f"folder:{root}", eval_folder=str(root if eval_folder == "same path" else tmp_path / "link"))
+    evaluated = root if eval_folder == "same path" else tmp_path / "link"
+    cfg = DataConfig(source=f"folder:{root}", eval_folder=str(evaluated))
     train, test = (build_dataset(cfg, split, 4, channels=3, augment=False) for split in ("train", "test"))
     with caplog.at_level(logging.WARNING, logger="mpp.data.loading"):
         warn_if_tested_on_training_images(train, test)

@@ -29,7 +29,7 @@ def test_the_closed_form_solver_matches_a_reference_least_squares_solution_at_ev
     features = torch.randn(count, dimension, generator=generator) + 3  # off-centre: the bias matters
     labels = torch.randint(0, 3, (count,), generator=generator)
     grid = [1e-3, 0.7, 1e3]
-    for l2, weights in zip(grid, ridge_regressions(features, labels, 3, grid)):
+    for l2, weights in zip(grid, ridge_regressions(features, labels, 3, grid), strict=True):
         np.testing.assert_allclose(weights.numpy(), least_squares_reference(features, labels, 3, l2), rtol=1e-8,
                                    atol=1e-10)
 
@@ -95,10 +95,11 @@ def test_the_penalty_is_the_one_best_on_the_holdout_slice():
 def test_disjoint_per_class_slices_share_no_image_and_hold_the_counts_asked_for():
     labels = torch.arange(300) % 3
     slices = disjoint_per_class(labels, [2, 5, 10], seed=0, asked_by="test")
-    for count, positions in zip([2, 5, 10], slices):
+    for count, positions in zip([2, 5, 10], slices, strict=True):
         assert torch.equal(torch.bincount(labels[positions], minlength=3), torch.full((3,), count))
     assert len(torch.cat(slices).unique()) == 51
-    assert all(torch.equal(a, b) for a, b in zip(slices, disjoint_per_class(labels, [2, 5, 10], 0, "test")))
+    again = disjoint_per_class(labels, [2, 5, 10], 0, "test")
+    assert all(torch.equal(a, b) for a, b in zip(slices, again, strict=True))
 
 
 def test_few_shot_draws_shots_apart_from_the_holdout_slice_and_reports_every_seed():

@@ -99,7 +99,8 @@ def test_top1_hits_count_every_image_once_in_its_class():
     predicted = torch.tensor([0, 1, 2, 2, 1, 0, 0])
     labels = torch.tensor([0, 1, 1, 2, 0, 0, 2])  # 4 of 7 right
     keys = torch.arange(7)
-    loader = accelerator.prepare(DataLoader(list(zip(predicted, labels, keys)), batch_size=3))  # last batch uneven
+    batches = DataLoader(list(zip(predicted, labels, keys, strict=True)), batch_size=3)  # the last one uneven
+    loader = accelerator.prepare(batches)
     hits = top1_hits(accelerator, FixedLogits(), loader, 3)
     assert hits.tolist() == [[2, 3], [1, 2], [1, 2]]  # per class: right, seen
     scores = class_scores(hits, "test_")

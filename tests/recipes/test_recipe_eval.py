@@ -52,7 +52,7 @@ def final_few_shot(run_dir: Path) -> tuple[list[float], list[float]]:
     comparison = metrics["few_shot_comparison"]
     assert metrics["few_shot_accuracy"] == pytest.approx(sum(comparison["trained"]) / 2)
     assert metrics["few_shot_accuracy_at_init"] == pytest.approx(sum(comparison["at_init"]) / 2)
-    gains = [a - b for a, b in zip(comparison["trained"], comparison["at_init"])]
+    gains = [a - b for a, b in zip(comparison["trained"], comparison["at_init"], strict=True)]
     low, high = comparison["gain_interval"]
     half = 12.7062 * abs(gains[0] - gains[1]) / 2  # t(0.975, 1) sd / sqrt(2), where sd = |a - b| / sqrt(2)
     assert comparison["gain_mean"] == pytest.approx(sum(gains) / 2) and high - low == pytest.approx(2 * half, rel=1e-4)

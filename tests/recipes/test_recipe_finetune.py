@@ -122,7 +122,8 @@ def test_a_sweep_picks_the_best_held_out_learning_rate_then_trains_on_everything
     # Scored by balanced accuracy (unbalanced classes), each point's own figure is what is compared.
     balanced = tmp_path / "balanced"
     launch(f"output_dir={balanced}", f"init={supervised_run / 'export'}", *TINY, *folders,
-           "finetune.sweep_lrs=[0.001,0.1]", "finetune.sweep_holdout_fraction=0.25", "finetune.sweep_score=balanced_accuracy",
+           "finetune.sweep_lrs=[0.001,0.1]", "finetune.sweep_holdout_fraction=0.25",
+           "finetune.sweep_score=balanced_accuracy",
            script=FINETUNE)
     by_balanced = json.loads((balanced / "metrics.json").read_text())["sweep_holdout_balanced_accuracy"]
     assert by_balanced == {lr: json.loads((balanced / "sweep" / f"lr_{lr}" / "metrics.json").read_text())[

@@ -15,7 +15,8 @@ import pytest
 
 from tests.launching import RECIPE, ROOT, TINY, free_port, wait_for_log
 
-pytestmark = [pytest.mark.slow, pytest.mark.cpu_only("two gloo processes on this machine's CPU stand in for a node's GPUs")]
+pytestmark = [pytest.mark.slow,
+              pytest.mark.cpu_only("two gloo processes on this machine's CPU stand in for a node's GPUs")]
 
 SCRIPT = ROOT / "recipes" / "slurm.sbatch"
 

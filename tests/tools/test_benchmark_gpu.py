@@ -25,7 +25,8 @@ def test_without_cuda_it_refuses_in_one_line(tmp_path):
     result = subprocess.run([sys.executable, "-m", "tools.gpu", "--out", str(tmp_path / "out")], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
-    assert result.stderr.strip().count("\n") == 0 and result.stderr.startswith("error: ") and "--dry-run" in result.stderr
+    assert result.stderr.strip().count("\n") == 0 and result.stderr.startswith("error: ")
+    assert "--dry-run" in result.stderr
     assert not (tmp_path / "out").exists()
 
 
@@ -83,8 +84,10 @@ def test_test_outcomes_tell_cpu_only_tests_from_other_skips_and_failures(tmp_pat
     report.write_text(
         '<testsuites><testsuite name="pytest">'
         '<testcase classname="tests.a" name="ok"/>'
-        '<testcase classname="tests.a" name="gloo"><skipped message="CPU-only by design: two gloo processes"/></testcase>'
-        '<testcase classname="tests.a" name="cuda"><skipped message="the refusal is for machines without CUDA"/></testcase>'
+        '<testcase classname="tests.a" name="gloo">'
+        '<skipped message="CPU-only by design: two gloo processes"/></testcase>'
+        '<testcase classname="tests.a" name="cuda">'
+        '<skipped message="the refusal is for machines without CUDA"/></testcase>'
         '<testcase classname="tests.a" name="bad"><failure message="assert 1 == 2"/></testcase>'
         '<testcase classname="tests.a" name="broken"><error message="fixture"/></testcase>'
         "</testsuite></testsuites>")

@@ -105,7 +105,7 @@ def test_a_step_moves_the_weights_by_the_learning_rate_times_the_clipped_gradien
                           optimizer="sgd", momentum=0.0, grad_clip_norm=clip)
         before = {}
 
-        def sgd(model):
+        def sgd(model, before=before, cfg=cfg):  # bound now: the loop rebinds both
             before.update({name: value.detach().clone() for name, value in model.named_parameters()})
             return torch.optim.SGD(model.parameters(), lr=cfg.lr)
 

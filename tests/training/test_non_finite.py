@@ -77,10 +77,10 @@ def test_a_skipped_step_leaves_weights_and_optimizer_untouched(tmp_path, fused):
     _, before, before_optimizer = run(tmp_path / "a", {}, on_nonfinite="skip", steps=2, fused=fused)
     _, after, after_optimizer = run(tmp_path / "b", {3: "loss"}, on_nonfinite="skip", steps=3, fused=fused)
     assert adam_steps(after_optimizer) == adam_steps(before_optimizer) == 2
-    assert all(torch.equal(a, b) for a, b in zip(before.parameters(), after.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before.parameters(), after.parameters(), strict=True))
     moments = [[state[key] for state in optimizer.optimizer.state.values() for key in ("exp_avg", "exp_avg_sq")]
                for optimizer in (before_optimizer, after_optimizer)]
-    assert all(torch.equal(a, b) for a, b in zip(*moments))
+    assert all(torch.equal(a, b) for a, b in zip(*moments, strict=True))
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "foreach"])
@@ -100,7 +100,7 @@ def test_a_skipped_first_step_leaves_a_foreach_optimizer_as_new():
     layer(torch.ones(1, 3)).sum().backward()
     with guard.only_if_finite(torch.tensor(math.inf)):
         optimizer.step()
-    assert all(torch.equal(parameter, value) for parameter, value in zip(layer.parameters(), before))
+    assert all(torch.equal(parameter, value) for parameter, value in zip(layer.parameters(), before, strict=True))
     for state in optimizer.state.values():
         assert float(state["step"]) == 0 and not state["exp_avg"].any() and not state["exp_avg_sq"].any()
     assert guard.check(1, window_steps=2) == 1

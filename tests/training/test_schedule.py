@@ -13,7 +13,7 @@ def test_linear_warmup_then_cosine_to_the_final_rate():
     assert rates[10] == pytest.approx(1.0)
     assert rates[60] == pytest.approx(0.55)  # decay runs over steps 10..110: half-way, the mean of peak and final
     assert rates[-1] == pytest.approx(0.1)
-    assert all(a >= b for a, b in zip(rates[10:], rates[11:]))
+    assert all(a >= b for a, b in zip(rates[10:], rates[11:], strict=False))
 
 
 def test_linear_decay_and_no_warmup():

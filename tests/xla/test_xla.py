@@ -24,9 +24,9 @@ import torch  # noqa: E402
 import torch_xla.debug.metrics as xla_metrics  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
-from mpp.config.runs import MPPRunConfig, SupervisedRunConfig
-from mpp.config.training import TrainConfig
-from mpp.config_loading import build_config
+from mpp.config.runs import MPPRunConfig, SupervisedRunConfig  # noqa: E402
+from mpp.config.training import TrainConfig  # noqa: E402
+from mpp.config_loading import build_config  # noqa: E402
 from mpp.data.loading import build_dataset  # noqa: E402
 from mpp.models.classifier import ImageClassifier  # noqa: E402
 from mpp.models.encoder import create_encoder  # noqa: E402
@@ -115,13 +115,14 @@ def test_a_non_finite_step_leaves_weights_moments_and_step_count_untouched_on_th
 
     initial = [parameter.detach().cpu().clone() for parameter in layer.parameters()]
     step(math.nan)  # the first step, skipped: the state a first step starts from
-    assert all(torch.equal(parameter.cpu(), value) for parameter, value in zip(layer.parameters(), initial))
+    assert all(torch.equal(parameter.cpu(), value)
+               for parameter, value in zip(layer.parameters(), initial, strict=True))
     for parameter_state in optimizer.state.values():
         assert float(parameter_state["step"]) == 0 and not parameter_state["exp_avg"].cpu().any()
     step(1.0)
     after_good = state()
     step(math.inf)
-    assert all(torch.equal(before, now) for before, now in zip(after_good, state()))
+    assert all(torch.equal(before, now) for before, now in zip(after_good, state(), strict=True))
     assert guard.check(3, window_steps=3) == 2
 
 
