@@ -11,6 +11,7 @@ from typing import TypeVar
 
 import torch
 from accelerate import Accelerator
+from accelerate.data_loader import BatchSamplerShard, SeedableRandomSampler
 from accelerate.utils import SAFE_WEIGHTS_NAME
 from timm.models.vision_transformer import VisionTransformer
 from torch.optim.optimizer import _get_capturable_supported_devices
@@ -79,3 +80,15 @@ def add_position_embeddings(encoder: VisionTransformer, patches: torch.Tensor) -
     """(b n d) patch embeddings -> (b 1+n d): the [class] token prepended and the position embeddings added (with
     their dropout), as timm's ``VisionTransformer.forward_features`` does between ``patch_embed`` and the blocks."""
     return encoder._pos_embed(patches)
+
+
+def seedable_shuffle(size: int, seed: int) -> SeedableRandomSampler:
+    """accelerate's shuffle of ``range(size)`` under ``use_seedable_sampler``: after ``set_epoch(e)``, the order a
+    shuffled loader prepared by accelerate reads in epoch e (drawn with ``seed + e``)."""
+    return SeedableRandomSampler(range(size), data_seed=seed)
+
+
+def process_share_of_batches(batches: torch.utils.data.BatchSampler, num_processes: int,
+                             process_index: int) -> BatchSamplerShard:
+    """accelerate's split of a loader's batches between processes: each takes whole batches in turn."""
+    return BatchSamplerShard(batches, num_processes, process_index)

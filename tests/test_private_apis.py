@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 from accelerate import Accelerator
 from accelerate.commands.launch import launch_command, launch_command_parser
+from accelerate.data_loader import prepare_data_loader
 from accelerate.utils import SAFE_WEIGHTS_NAME, fsdp2_load_full_state_dict
 from safetensors.torch import load_file
 from torch.distributed.device_mesh import init_device_mesh
@@ -26,7 +27,9 @@ from mpp.private_apis import (
     forget_prepared_loader,
     fused_optimizer_devices,
     prepared_models_and_optimizers,
+    process_share_of_batches,
     saved_model_file,
+    seedable_shuffle,
     tell_fused_optimizer_whether_to_skip,
     with_fsdp2_tensor_lookup,
 )
@@ -147,3 +150,19 @@ def test_timm_prepends_the_class_token_and_adds_the_position_embeddings(tiny_mod
     patches = torch.randn(3, encoder.patch_embed.num_patches, encoder.embed_dim)
     expected = torch.cat([encoder.cls_token.expand(3, -1, -1), patches], dim=1) + encoder.pos_embed
     assert torch.allclose(add_position_embeddings(encoder, patches), expected)
+
+
+@pytest.mark.parametrize("num_processes", [1, 2])
+def test_accelerates_seedable_shuffle_and_split_are_what_its_prepared_loader_reads(num_processes):
+    """Each epoch's batches of each process, as a shuffled loader prepared with a seedable sampler reads them."""
+    for rank in range(num_processes):
+        prepared = prepare_data_loader(DataLoader(range(44), batch_size=4, shuffle=True, drop_last=True),
+                                       num_processes=num_processes, process_index=rank, use_seedable_sampler=True,
+                                       data_seed=5)
+        shuffle = seedable_shuffle(44, seed=5)
+        batches = process_share_of_batches(torch.utils.data.BatchSampler(shuffle, 4, drop_last=True),
+                                           num_processes, rank)
+        for epoch in range(3):
+            prepared.set_epoch(epoch)
+            shuffle.set_epoch(epoch)
+            assert [batch.tolist() for batch in prepared] == list(batches)

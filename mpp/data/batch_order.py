@@ -18,8 +18,9 @@ from __future__ import annotations
 import itertools
 from typing import Iterator
 
-from accelerate.data_loader import BatchSamplerShard, SeedableRandomSampler
 from torch.utils.data import BatchSampler, Sampler
+
+from mpp.private_apis import process_share_of_batches, seedable_shuffle
 
 EpochPosition = tuple[int, int]  # (epoch, position in the dataset)
 
@@ -38,9 +39,9 @@ class EndlessEpochBatches(Sampler[list[EpochPosition]]):
 
     def __init__(self, size: int, batch_size: int, seed: int, num_processes: int = 1, process_index: int = 0,
                  start: int = 0, accumulation_steps: int = 1) -> None:
-        self.shuffled = SeedableRandomSampler(range(size), data_seed=seed)
+        self.shuffled = seedable_shuffle(size, seed)
         batches = BatchSampler(self.shuffled, batch_size, drop_last=True)
-        self.batches = (BatchSamplerShard(batches, num_processes, process_index) if num_processes > 1 else batches)
+        self.batches = process_share_of_batches(batches, num_processes, process_index) if num_processes > 1 else batches
         self.start = start
         # Processes take the shuffled batches in turn, so each process's first ones make the epoch's whole steps.
         self.batches_per_epoch = accumulation_steps * steps_per_epoch(
