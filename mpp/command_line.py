@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from mpp.config_loading import parse_command_line
+from mpp.config.building import parse_command_line
 from mpp.errors import RunError
 from mpp.training.preemption import Preempted, stop_with_launcher
 

@@ -20,9 +20,9 @@ from mpp.command_line import run_recipe
 from mpp.config.runs import MPPRunConfig
 from mpp.data.loading import build_dataset, sample_images
 from mpp.evaluation.few_shot_regression import FewShotAgainstInitialisation
-from mpp.evaluation.monitors import fitted_to_classes, monitored_images, pre_training_monitors
+from mpp.evaluation.monitors import monitor_fitted_to_classes, monitored_images, pre_training_monitors
 from mpp.models.encoder import count_parameters, create_encoder
-from mpp.models.masked_patch_prediction import MaskedPatchPredictor, most_frequent_class_accuracy
+from mpp.models.masked_patch_prediction import MaskedPatchPredictor, most_frequent_colour_accuracy
 from mpp.models.model_card import model_card
 from mpp.models.pretrained import export_encoder
 from mpp.run.directory import EXPORT_DIR
@@ -49,7 +49,7 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
         monitored = (monitored_images(model, cfg.data, cfg.seed)
                      if monitor.few_shot_every or monitor.mosaic_every or monitor.final_few_shot_draws else None)
         if monitored is not None:  # a small folder of images: the few-shot slices shrink to it, with a warning
-            monitor = fitted_to_classes(monitor, monitored)
+            monitor = monitor_fitted_to_classes(monitor, monitored)
         monitors = pre_training_monitors(accelerator, model, monitor, cfg.data, session.run_dir, cfg.seed, monitored)
         # Copies the encoder before its first step (a resumed run draws the same one: the session seeds it).
         against_init = (FewShotAgainstInitialisation(accelerator, model, monitored, monitor, cfg.seed)
@@ -60,7 +60,7 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
         logger.info("data: %s", dataset.description)
         logger.info("encoder: %s, %.2fM parameters, %d patches per image; target %s", cfg.model.name,
                     count_parameters(encoder) / 1e6, encoder.patch_embed.num_patches, cfg.mpp.target)
-        baseline = most_frequent_class_accuracy(model, sample_images(dataset, BASELINE_IMAGES, cfg.seed))
+        baseline = most_frequent_colour_accuracy(model, sample_images(dataset, BASELINE_IMAGES, cfg.seed))
         logger.info("always predicting the most frequent colour class scores mpp_accuracy %.4f (on up to %d images)",
                     baseline, BASELINE_IMAGES)
 

@@ -15,7 +15,7 @@ from mpp.config.runs import (
     MPPRunConfig,
     SupervisedRunConfig,
 )
-from mpp.config_loading import build_config, config_keys, config_to_dict, parse_command_line
+from mpp.config.building import build_config, config_keys, config_to_dict, parse_command_line
 from mpp.experiments.config import PretrainingCurveConfig, ReproductionConfig
 from mpp.errors import ConfigError
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from mpp.config_loading import config_keys, parse_command_line
+from mpp.config.building import config_keys, parse_command_line
 from mpp.errors import ConfigError
 from mpp.experiments.publishing import percent
 

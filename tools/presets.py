@@ -32,7 +32,7 @@ import yaml
 
 from mpp.benchmark.training_step import measure_interleaved
 from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig, SupervisedRunConfig
-from mpp.config_loading import build_config
+from mpp.config.building import build_config
 from mpp.experiments.config import PretrainingCurveConfig, ReproductionConfig
 from mpp.experiments.reproduction_tables import headline
 from mpp.models.encoder import count_parameters, create_encoder

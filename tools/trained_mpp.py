@@ -7,7 +7,7 @@ from pathlib import Path
 from safetensors.torch import load_file
 
 from mpp.config.runs import MPPRunConfig
-from mpp.config_loading import build_config
+from mpp.config.building import build_config
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
 from mpp.training.checkpoint import newest_intact_checkpoint

@@ -16,7 +16,7 @@ Run them from the repository root: their default preset is ``recipes/configs/mpp
 from pathlib import Path
 
 from mpp.config.runs import MPPRunConfig
-from mpp.config_loading import build_config
+from mpp.config.building import build_config
 
 
 def preset_encoder_and_batch(preset: str | Path) -> MPPRunConfig:

@@ -46,7 +46,7 @@ from torch.utils.data import DataLoader, Dataset
 from mpp.benchmark.training_step import DEFAULT_PRESET, measure
 from mpp.config.data import DataConfig
 from mpp.config.runs import MPPRunConfig
-from mpp.config_loading import build_config
+from mpp.config.building import build_config
 from mpp.data.fashion_mnist import DEFAULT_DIR as FASHION_MNIST_DIR
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.image_source import decode, decoded_jpeg, open_image

@@ -1,4 +1,4 @@
-"""Datasets of model inputs: a source's images through a view, as whole batches of (images, labels, keys).
+"""Datasets of model inputs: a source's images through a view, as whole batches of (images, labels, random_keys).
 
 ``ImageDataset`` (map-style) returns a whole batch from ``__getitems__`` (torch's DataLoader calls it with a batch's
 indices); pair it with ``collate_fn=keep_batch``. In-memory sources are gathered and resampled in a few tensor
@@ -67,8 +67,8 @@ class SkipsUndecodableImages(Protocol):
 
 
 class ImageDataset(Dataset):
-    """(images, labels, keys) batches: (b c s s) images with ``channels`` channels, float in [0, 1] (in-memory
-    sources) or uint8 (files), which the models take alike; (b) int64 labels; (b) int64 keys, each image's
+    """(images, labels, random_keys) batches: (b c s s) images with ``channels`` channels, float in [0, 1] (in-memory
+    sources) or uint8 (files), which the models take alike; (b) int64 labels; (b) int64 random keys, each image's
     ``keys_of(seed, epoch, index)``. Its view was drawn from its key, and a model that draws per image (MPP's
     corruption) draws from it too: each draw is the image's own, whichever process, pass or resumed run reads it.
     The epoch comes with each sampled position (``__getitems__``), so loader workers need not be told of a new one."""

@@ -38,7 +38,8 @@ def build_dataset(
     process_index: int = 0,
     num_processes: int = 1,
 ) -> Dataset:
-    """(images, labels, keys) batches of ``split`` at ``image_size``, with the pre-training view when ``augment``.
+    """(images, labels, random_keys) batches of ``split`` at ``image_size``, with the pre-training view when
+    ``augment``.
 
     ``seed`` draws the views; ``process_index`` / ``num_processes`` matter only to a stream, which is split between
     processes here (map-style data is split into distinct batches by its loader: ``build_training_loader``).

@@ -33,7 +33,7 @@ import torch
 from PIL import Image
 
 from mpp.config.data import DataConfig
-from mpp.config_loading import build_config
+from mpp.config.building import build_config
 from mpp.data.image_source import FileSource, ImageSource, UndecodableImage, decode_for_crop, open_image
 from mpp.data.sources import open_source
 from mpp.errors import DataError, RunError

@@ -1,7 +1,7 @@
 """A training run's batches from the step it starts at: the one thing the training loop reads from the data.
 
 ``training_batches`` builds the run's loader, hands it to accelerate and returns an endless iterator of (images,
-labels, keys) batches on the device, the batches a run that never stopped would read from that step on. The loop
+labels, random_keys) batches on the device, the batches a run that never stopped would read from that step on. The loop
 consumes it and never sees a sampler or a dataset; the iterator also reports the images the data skipped.
 
 Map-style data is read by one loader iterator for the whole run (``mpp.data.batch_order``): its workers start once,

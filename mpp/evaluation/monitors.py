@@ -38,14 +38,14 @@ def pre_training_monitors(accelerator: Accelerator, model: BuiltOnEncoder, cfg: 
         return []
     if dataset is None:
         dataset = monitored_images(model, data, seed)
-    cfg = fitted_to_classes(cfg, dataset)
-    reports: list[FewShotMonitor | MPPMosaic] = []
+    cfg = monitor_fitted_to_classes(cfg, dataset)
+    monitors: list[FewShotMonitor | MPPMosaic] = []
     if cfg.few_shot_every:
-        reports.append(FewShotMonitor(accelerator, model, dataset, cfg, seed))
+        monitors.append(FewShotMonitor(accelerator, model, dataset, cfg, seed))
     if mosaic_every:
         images = next(iter(sample_images(dataset, cfg.mosaic_images, seed)))
-        reports.append(MPPMosaic(accelerator, model, images, run_dir, seed, mosaic_every))
-    return reports
+        monitors.append(MPPMosaic(accelerator, model, images, run_dir, seed, mosaic_every))
+    return monitors
 
 
 def monitored_images(model: BuiltOnEncoder, data: DataConfig, seed: int) -> ImageDataset:
@@ -59,7 +59,7 @@ def monitored_images(model: BuiltOnEncoder, data: DataConfig, seed: int) -> Imag
                          augment=False, seed=seed)
 
 
-def fitted_to_classes(cfg: MonitorConfig, dataset: ImageDataset) -> MonitorConfig:
+def monitor_fitted_to_classes(cfg: MonitorConfig, dataset: ImageDataset) -> MonitorConfig:
     """``cfg`` with its few-shot slices (shots, hold-out, test images per class) shrunk to the smallest class of
     ``dataset``, or the few-shot reports off where it cannot hold one shot, one image to choose the penalty on and one
     to score, or has no labels; one warning line when anything changes. A report nobody asked for by name (the

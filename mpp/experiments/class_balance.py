@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mpp.config_loading import build_config
+from mpp.config.building import build_config
 from mpp.data.loading import build_dataset
 from mpp.metrics import majority_class_accuracy
 from mpp.models.encoder import create_encoder

@@ -20,7 +20,7 @@ from typing import Any
 from accelerate.utils import SAFE_WEIGHTS_NAME
 
 from mpp.config.runs import FewShotRunConfig, MPPRunConfig
-from mpp.config_loading import build_config
+from mpp.config.building import build_config
 from mpp.data.batch_order import steps_per_epoch
 from mpp.data.loading import build_dataset
 from mpp.errors import ConfigError

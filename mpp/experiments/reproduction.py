@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from mpp.config.runs import FinetuneRunConfig
-from mpp.config_loading import build_config, config_to_dict
+from mpp.config.building import build_config, config_to_dict
 from mpp.errors import RunError
 from mpp.experiments.class_balance import class_balance
 from mpp.experiments.config import ReproductionConfig, ReproductionRow

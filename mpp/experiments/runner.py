@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 import torch
 import yaml
 
-from mpp.config_loading import config_to_dict
+from mpp.config.building import config_to_dict
 from mpp.errors import ConfigError, RunError
 from mpp.experiments.config import ExperimentConfig
 from mpp.experiments.publishing import check_section, published_results

@@ -52,9 +52,9 @@ class ImageClassifier(BuiltOnEncoder):
         self.cfg = cfg
         self.head = classification_head(encoder.embed_dim, num_classes, cfg.head)
 
-    def forward(self, images: torch.Tensor, labels: torch.Tensor, keys: Optional[torch.Tensor] = None
+    def forward(self, images: torch.Tensor, labels: torch.Tensor, random_keys: Optional[torch.Tensor] = None
                 ) -> ClassifierOutput:
-        """(b c h w) raw images (uint8, or float in [0, 1]), (b) class indices; the images' keys go unused: a
+        """(b c h w) raw images (uint8, or float in [0, 1]), (b) class indices; the images' random keys go unused: a
         classifier draws nothing per image (dropout and drop-path draw from the seeded global generator)."""
         logits = self.head(self.features(images, self.cfg.pool))
         loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.cfg.label_smoothing)

@@ -60,11 +60,11 @@ class MaskedPatchPredictor(BuiltOnEncoder):
     def no_weight_decay(self) -> set[str]:
         return super().no_weight_decay() | {"mask_embedding"}
 
-    def draw_corruption(self, keys: torch.Tensor) -> Corruption:
+    def draw_corruption(self, random_keys: torch.Tensor) -> Corruption:
         """The corruption of the images with these (b) keys (``mpp.keyed_random.keys_of``), on the keys' device.
         The keys are folded with a constant first: the data drew each image's view from the same key."""
         return draw_corruption(
-            KeyedDraws(keys_of(CORRUPTION_STREAM, keys)),
+            KeyedDraws(keys_of(CORRUPTION_STREAM, random_keys)),
             self.encoder.patch_embed.num_patches,
             self.cfg.corruption_rate,
             self.cfg.mask_fraction,
@@ -88,20 +88,20 @@ class MaskedPatchPredictor(BuiltOnEncoder):
         self,
         images: torch.Tensor,
         labels: Optional[torch.Tensor] = None,
-        keys: Optional[torch.Tensor] = None,
+        random_keys: Optional[torch.Tensor] = None,
         corruption: Optional[Corruption] = None,
     ) -> MPPOutput:
         """One MPP pass over raw images (b c h w), uint8 or float in [0, 1]. Labels are ignored: the objective is
         self-supervised.
 
-        Unless a corruption is given, one is drawn from the images' ``keys``, (b) int64 (the batch's own: see
+        Unless a corruption is given, one is drawn from the images' ``random_keys``, (b) int64 (the batch's own: see
         ``ImageDataset``), or from random keys.
         """
         images = unit_interval(images)  # once, for both the encoder's input and the targets
         if corruption is None:
-            if keys is None:
-                keys = torch.randint(2**32, images.shape[:1], device=images.device)
-            corruption = self.draw_corruption(keys)
+            if random_keys is None:
+                random_keys = torch.randint(2**32, images.shape[:1], device=images.device)
+            corruption = self.draw_corruption(random_keys)
         tokens = self.encode(images, corruption)
         prediction = self.target.prediction(self.head(select_patches(tokens, corruption.positions)))
         target = select_patches(self.target.targets(images), corruption.positions)
@@ -110,7 +110,7 @@ class MaskedPatchPredictor(BuiltOnEncoder):
 
 
 @torch.no_grad()
-def most_frequent_class_accuracy(model: MaskedPatchPredictor, batches: Iterable[torch.Tensor]) -> float:
+def most_frequent_colour_accuracy(model: MaskedPatchPredictor, batches: Iterable[torch.Tensor]) -> float:
     """The MPP accuracy of always predicting the most frequent colour class of these (b c h w) images: the floor
     a trained predictor has to clear (corrupted patches are a uniform sample of all patches)."""
     counts = torch.zeros(num_colour_classes(model.cfg.colour_bits), dtype=torch.long)

@@ -24,7 +24,7 @@ from accelerate import Accelerator, PartialState
 from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, parse_flag_from_env, set_seed
 
 from mpp.config.runtime import RuntimeConfig
-from mpp.config_loading import save_config
+from mpp.config.building import save_config
 from mpp.errors import ConfigError, RunError
 from mpp.run.directory import CONFIG_FILE, LOG_FILE, claim_output_dir, resolve_output_dir, runs_parent, write_metrics
 from mpp.run.lock import RunLock

@@ -35,7 +35,7 @@ from safetensors.torch import load_file, save_file
 from timm.utils import ModelEmaV3
 
 from mpp.config.runs import TrainingRunConfig
-from mpp.config_loading import config_to_dict, save_config
+from mpp.config.building import config_to_dict, save_config
 from mpp.errors import ConfigError, RunError
 from mpp.private_apis import prepared_models_and_optimizers, saved_model_file
 from mpp.run.directory import CHECKPOINTS_DIR, CONFIG_FILE, PARTIAL_SUFFIX

@@ -22,7 +22,7 @@ from mpp.metrics import class_hits, class_scores
 from mpp.models.classifier import ImageClassifier
 from mpp.run.directory import SWEEP_DIR, read_metrics, write_metrics
 from mpp.run.session import Session, local_processes
-from mpp.training.engine import PeriodicReport
+from mpp.training.engine import Monitor
 from mpp.training.trainer import Trainer
 
 logger = logging.getLogger(__name__)
@@ -37,9 +37,9 @@ def top1_hits(accelerator: Accelerator, model: torch.nn.Module, loader: DataLoad
     was_training = model.training
     model.eval()
     hits = torch.zeros(num_classes, 2, dtype=torch.long, device=accelerator.device)
-    for images, labels, keys in loader:
+    for images, labels, random_keys in loader:
         with accelerator.autocast():  # a model accelerate did not prepare (the averaged weights) needs it too
-            logits = model(images, labels, keys).logits
+            logits = model(images, labels, random_keys).logits
         predictions, labels = accelerator.gather_for_metrics((logits.argmax(dim=-1), labels))
         hits += class_hits(predictions, labels, num_classes)
     model.train(was_training)
@@ -68,10 +68,10 @@ def score_classifier(trainer: Trainer, eval_set: Dataset, eval_name: str) -> dic
     return scores
 
 
-def train_classifier(trainer: Trainer, eval_set: Dataset, eval_name: str, reports: Sequence[PeriodicReport] = ()
+def train_classifier(trainer: Trainer, eval_set: Dataset, eval_name: str, monitors: Sequence[Monitor] = ()
                      ) -> dict[str, Any]:
     """Train, then score top-1 on ``eval_set``: the run's metrics with its peak ``lr`` and its scores."""
-    metrics = trainer.fit(reports)
+    metrics = trainer.fit(monitors)
     metrics["lr"] = trainer.train_config.lr
     metrics.update(score_classifier(trainer, eval_set, eval_name))
     return metrics

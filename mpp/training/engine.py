@@ -1,8 +1,9 @@
 """The training loop every run goes through: accumulation, clipping, schedule, logging and checkpoints.
 
-Every model is called with a batch as the data gives it, ``model(images, labels, keys)`` (the keys: one per image, see
-``mpp.data.image_dataset``), and returns an object with ``loss`` and ``accuracy`` (scalars); the loop needs nothing
-else from it. It trains what ``Trainer`` (trainer.py) prepared; nothing here is device-specific.
+Every model is called with a batch as the data gives it, ``model(images, labels, random_keys)`` (one key per image,
+which its random draws come from: see ``mpp.data.image_dataset``), and returns an object with ``loss`` and
+``accuracy`` (scalars); the loop needs nothing else from it. It trains what ``Trainer`` (trainer.py) prepared;
+nothing here is device-specific.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class TrainingRun:
     """What the loop trains: one run's parts, prepared by accelerate."""
 
     accelerator: Accelerator
-    model: torch.nn.Module  # forward(images, labels, keys) -> an output with a scalar loss and accuracy
+    model: torch.nn.Module  # forward(images, labels, random_keys) -> an output with a scalar loss and accuracy
     optimizer: torch.optim.Optimizer
     batches: TrainingBatches  # from the run's start step on, on the device
     plan: BatchPlan
@@ -72,9 +73,10 @@ class TrainingRun:
     log_prefix: str = ""  # before every TensorBoard tag and log line (the runs of a sweep share one events file)
 
 
-class PeriodicReport(Protocol):
-    """What a run reports besides its loss (few-shot accuracy, pictures): called as ``report(step, images_seen)``
-    before the first step and after every ``every`` steps. Its time is not counted in the throughput."""
+class Monitor(Protocol):
+    """What a run monitors besides its loss (few-shot accuracy, pictures; ``monitor.*``): called as
+    ``monitor(step, images_seen)`` before the first step and after every ``every`` steps. Its time is not counted in
+    the throughput."""
 
     every: int
 
@@ -101,7 +103,7 @@ class RunningMeans:
 
 class TrainingClock:
     """Images per second of training steps alone, and the share of their wall time the loop waited for its next
-    batch: neither the first step (warm-up, compilation, the loader's start) nor the time spent in reports and
+    batch: neither the first step (warm-up, compilation, the loader's start) nor the time spent in monitors and
     checkpoint writing (``paused``) counts. Read on the host's clock only: nothing here waits for the device."""
 
     def __init__(self, images_per_step: int) -> None:
@@ -153,7 +155,7 @@ class TrainingClock:
         return timed * self.images_per_step / wall, (self.run_wait if self.steps > 1 else self.window_wait) / wall
 
 
-def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicReport] = ()) -> dict[str, Any]:
+def train(run: TrainingRun, start_step: int = 0, monitors: Sequence[Monitor] = ()) -> dict[str, Any]:
     """Train from ``start_step`` to ``run.train_config.steps``; returns the final metrics of the run.
 
     Raises ``Preempted`` (after saving a checkpoint) on SIGTERM / SIGINT, and ``NonFiniteStep`` where
@@ -173,8 +175,8 @@ def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicRepor
     # closing(batches): the loader's workers end with the run, not whenever the iterator is collected
     with logging_redirect_tqdm(), StopSignals() as stop_signals, progress, closing(batches):
         with clock.paused():
-            for report in reports if start_step == 0 else ():
-                report(0, 0)
+            for monitor in monitors if start_step == 0 else ():
+                monitor(0, 0)
         model.train()
         for step in range(start_step, cfg.steps):
             lr = learning_rate(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.decay, cfg.min_lr)
@@ -182,13 +184,13 @@ def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicRepor
                 group["lr"] = lr
             for micro_step in range(plan.accumulation_steps):
                 with clock.waiting_for_data():
-                    images, labels, keys = next(batches)
+                    images, labels, random_keys = next(batches)
                 # What the model draws from the global RNG (dropout, drop-path) is a function of (seed, step, pass,
                 # process), so a resumed run draws what an uninterrupted one would. Seeded after fetching the batch:
                 # starting a loader iterator (as resuming does) consumes random numbers too.
                 set_seed(hash((run.run_config.seed, step, micro_step, accelerator.process_index)) % 2**32)
                 with accelerator.accumulate(model):
-                    output = model(images, labels, keys)
+                    output = model(images, labels, random_keys)
                     accelerator.backward(output.loss)
                     guard.observe_loss(output.loss)
                     if accelerator.sync_gradients:  # the last pass of the step
@@ -205,8 +207,8 @@ def train(run: TrainingRun, start_step: int = 0, reports: Sequence[PeriodicRepor
             if done % cfg.log_every == 0 or done == cfg.steps:
                 logged = log_step(run, done, lr, grad_norm, means, clock, guard, progress)
                 skipped_steps += logged["skipped_steps"]
-            with clock.paused():  # speeds count training time, not reports or checkpoint writing
-                report_and_checkpoint(run, done, reports, stop_signals, guard, clock.window_steps)
+            with clock.paused():  # speeds count training time, not monitors or checkpoint writing
+                monitor_and_checkpoint(run, done, monitors, stop_signals, guard, clock.window_steps)
     images_per_second, data_wait_share = clock.run_rates()
     return {
         "step": cfg.steps,
@@ -253,13 +255,13 @@ def log_step(run: TrainingRun, done: int, lr: float, grad_norm: torch.Tensor, me
     return metrics
 
 
-def report_and_checkpoint(run: TrainingRun, done: int, reports: Sequence[PeriodicReport], stop_signals: StopSignals,
+def monitor_and_checkpoint(run: TrainingRun, done: int, monitors: Sequence[Monitor], stop_signals: StopSignals,
                           guard: NonFiniteGuard, unlogged_steps: int) -> None:
-    """After step ``done``: the reports due, then a checkpoint where one is due or a stop signal came (all processes
+    """After step ``done``: the monitors due, then a checkpoint where one is due or a stop signal came (all processes
     agree on it); raises ``Preempted`` after saving for a stop signal."""
-    for report in reports:
-        if done % report.every == 0:
-            report(done, done * run.plan.global_batch_size)
+    for monitor in monitors:
+        if done % monitor.every == 0:
+            monitor(done, done * run.plan.global_batch_size)
     signum = stop_signals.agreed(run.accelerator, done, run.train_config.stop_check_every)
     if done % run.train_config.checkpoint_every == 0 or done == run.train_config.steps or signum:
         guard.check(done, unlogged_steps)  # never checkpoint after a step that must stop the run

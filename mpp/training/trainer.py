@@ -27,7 +27,7 @@ from mpp.data.training_batches import training_batches
 from mpp.models.pretrained import encoder_from_model_state
 from mpp.run.session import Session
 from mpp.training.checkpoint import check_resume_compatible, load_checkpoint, resume_checkpoint
-from mpp.training.engine import PeriodicReport, TrainingRun, plan_batches, train
+from mpp.training.engine import Monitor, TrainingRun, plan_batches, train
 from mpp.training.optimizer import create_optimizer
 from mpp.training.schedule import resolved_schedule
 
@@ -84,7 +84,7 @@ class Trainer:
             + (f" ({self.derivation})" if self.derivation else "")
         )
 
-    def fit(self, reports: Sequence[PeriodicReport] = ()) -> dict[str, Any]:
+    def fit(self, monitors: Sequence[Monitor] = ()) -> dict[str, Any]:
         """Prepare, resume where there is a checkpoint, train to the last step; returns the run's metrics."""
         accelerator = self.session.accelerator
         accelerator.free_memory()  # only this run's model and optimizer are prepared, so only they are checkpointed
@@ -103,7 +103,7 @@ class Trainer:
                                    self.plan.accumulation_steps, self.run_config.data, self.run_config.seed, start_step)
         run = TrainingRun(accelerator, self.model, self.optimizer, batches, self.plan, self.train_config,
                           self.run_dir, self.run_config, self.averaged, self.accuracy_name, self.log_prefix)
-        return train(run, start_step, reports)
+        return train(run, start_step, monitors)
 
     def trained_encoder(self, cfg: ModelConfig) -> Optional[VisionTransformer]:
         """A plain copy of the trained encoder (``cfg``'s architecture) on the host, from the model's whole state dict

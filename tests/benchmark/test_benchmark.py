@@ -21,7 +21,7 @@ from mpp.benchmark import step_profile
 from mpp.benchmark.training_step import (PEER_DOES_NOT_COMPILE, build_model, forward_flops, main, measure_interleaved,
                                          peer_available, rows_to_measure)
 from mpp.config.runs import MPPRunConfig
-from mpp.config_loading import build_config
+from mpp.config.building import build_config
 from mpp.data.shapes import ShapesSource
 from mpp.models.corruption import select_patches
 from mpp.models.encoder import create_encoder

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from mpp.config.runs import FewShotRunConfig, LinearProbeRunConfig, MPPRunConfig
-from mpp.config_loading import build_config
+from mpp.config.building import build_config
 from mpp.errors import ConfigError
 from mpp.experiments.config import PretrainingCurveConfig
 from mpp.experiments.curve import curve_table, plan_runs, pretraining_steps_per_epoch

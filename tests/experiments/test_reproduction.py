@@ -23,7 +23,7 @@ from mpp.config.runs import (
     MPPRunConfig,
     SupervisedRunConfig,
 )
-from mpp.config_loading import build_config
+from mpp.config.building import build_config
 from mpp.errors import ConfigError
 from mpp.experiments.config import PAPER_CLAIMS, PAPER_ROWS, ReproductionConfig
 from mpp.experiments.reproduction import plan_runs, reproduce

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mpp.experiments.config import PretrainingCurveConfig, ReproductionConfig
-from mpp.config_loading import build_config
+from mpp.config.building import build_config
 from mpp.evaluation.statistics import describe_difference, paired_difference
 from mpp.experiments.curve import pretraining_curve
 from mpp.experiments.reproduction import reproduce

@@ -110,7 +110,7 @@ def test_top1_hits_count_every_image_once_in_its_class():
 
 def test_supervised_and_fine_tuning_defaults_are_the_papers(tmp_path):
     from mpp.config.runs import FinetuneRunConfig, SupervisedRunConfig
-    from mpp.config_loading import build_config
+    from mpp.config.building import build_config
 
     preset = tmp_path / "preset.yaml"
     preset.write_text("train:\n  steps: 10\n")  # a preset changes only what it lists

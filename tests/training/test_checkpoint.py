@@ -13,7 +13,7 @@ from accelerate import Accelerator
 import mpp.training.checkpoint as checkpoint_module
 from devices import USE_CPU
 from mpp.config.runs import MPPRunConfig
-from mpp.config_loading import build_config
+from mpp.config.building import build_config
 from mpp.errors import ConfigError
 from mpp.models.encoder import create_encoder
 from mpp.models.pretrained import export_encoder

@@ -26,7 +26,7 @@ from safetensors.torch import load_file  # noqa: E402
 
 from mpp.config.runs import MPPRunConfig, SupervisedRunConfig  # noqa: E402
 from mpp.config.training import TrainConfig  # noqa: E402
-from mpp.config_loading import build_config  # noqa: E402
+from mpp.config.building import build_config  # noqa: E402
 from mpp.data.loading import build_dataset  # noqa: E402
 from mpp.models.classifier import ImageClassifier  # noqa: E402
 from mpp.models.encoder import create_encoder  # noqa: E402

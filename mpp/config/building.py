@@ -19,7 +19,7 @@ from typing import Any, Literal, Optional
 
 import yaml
 
-from mpp.config_help import keys_help
+from mpp.config.help import keys_help
 from mpp.errors import ConfigError
 
 
