@@ -76,8 +76,7 @@ class ImageView:
     def batch_of(self, views: list[torch.Tensor], flips: Optional[torch.Tensor]) -> torch.Tensor:
         """(c size size) uint8 views -> (b c size size) uint8, mirrored where ``flips``. The batch stays uint8 (the
         model scales it to [0, 1] on its device): a quarter of a float batch's bytes to hand from a loader worker and
-        to copy to the device, and no float pass on the CPU (a mirrored float batch took 1.0 ms of the 2.3 ms that a
-        224-pixel view of an ImageNet photo cost before, ``python -m mpp.benchmark.loader_speed``)."""
+        to copy to the device, and no float pass on the CPU (what that saves: docs/measured.md)."""
         batch = torch.empty(len(views), *views[0].shape, dtype=torch.uint8)
         mirror = [False] * len(views) if flips is None else flips.tolist()
         for i, (view, flip) in enumerate(zip(views, mirror, strict=True)):

@@ -59,8 +59,8 @@ def draw_corruption(
 def select_patches(values: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """(b n ...) values per patch, (b k) positions -> (b k ...) the values at those positions of each image.
 
-    One ``index_select`` on the batch flattened to rows: forward and backward (``index_add``) it took 0.4-0.5 ms
-    where ``gather`` took 1.4 ms, in the CPU benchmark's setting (64 images of 64 patches, width 192).
+    One ``index_select`` on the batch flattened to rows, faster forward and backward (``index_add``) than
+    ``gather`` (docs/measured.md has the timings).
     """
     b, n = values.shape[:2]
     rows = positions + n * torch.arange(b, device=positions.device).unsqueeze(1)
@@ -73,8 +73,8 @@ def corrupt_patch_embeddings(
     """Apply ``corruption`` to patch embeddings (b n d); the mask embedding is (d,). Returns a new tensor.
 
     Each output row is one ``index_select`` from the batch's rows: its own, or another patch's of its image; then
-    one ``where`` puts the mask in. Forward and backward this took 2.4-2.7 ms where two gathers, two selects and a
-    scatter took 8.3-9.5 ms, in the setting of ``select_patches``. The mask enters by ``where``, not as one more row
+    one ``where`` puts the mask in: faster forward and backward than two gathers, two selects and a scatter
+    (docs/measured.md has the timings). The mask enters by ``where``, not as one more row
     to select: its gradient is then a reduction. Summed by ``index_add`` from many rows, compiled code added it in a
     varying order, and a resumed compiled run no longer repeated an uninterrupted one bit for bit.
     """
