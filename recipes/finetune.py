@@ -27,7 +27,7 @@ from timm.models.vision_transformer import VisionTransformer
 
 from mpp.command_line import run_recipe
 from mpp.config.runs import FinetuneRunConfig
-from mpp.data.loading import build_dataset, warn_if_tested_on_training_images
+from mpp.data.loading import build_dataset, check_classes_to_learn, warn_if_tested_on_training_images
 from mpp.data.transforms import image_view
 from mpp.models.classifier import ImageClassifier
 from mpp.models.encoder import count_parameters
@@ -58,8 +58,11 @@ def main(cfg: FinetuneRunConfig) -> dict[str, Any]:
         image_size = encoder.patch_embed.img_size[0]
         split = dict(image_size=image_size, channels=model_cfg.in_chans, seed=cfg.seed,
                      process_index=accelerator.process_index, num_processes=accelerator.num_processes)
-        train_set = build_dataset(cfg.data, "train", augment=True, **split)
+        # The test split first: its classes must be the training data's, and a classifier needs two of them,
+        # which matter more to fix than the training split's shots per class.
         test_set = build_dataset(cfg.data, "test", augment=False, **split)
+        check_classes_to_learn(test_set)
+        train_set = build_dataset(cfg.data, "train", augment=True, **split)
 
         def classifier(encoder: VisionTransformer) -> ImageClassifier:
             return ImageClassifier(encoder, train_set.num_classes, cfg.classifier, mean, std)

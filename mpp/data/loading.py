@@ -126,6 +126,13 @@ def leave_the_process_group(worker_id: int) -> None:
     os.setpgid(0, 0)
 
 
+def check_classes_to_learn(dataset: Dataset) -> None:
+    """Raises a DataError where the data a classifier learns has a single class: there is nothing to tell apart."""
+    if dataset.num_classes == 1:
+        raise DataError(f"{dataset.description} has a single class, and a classifier needs two or more to tell apart; "
+                        "give data.source a folder with one sub-folder per class")
+
+
 def check_batch_fits(dataset: Dataset, batch_size: int) -> None:
     """Raises a DataError where a map-style training set holds less than one batch, saying first what is wrong with
     its files where none can be decoded."""

@@ -26,16 +26,19 @@ def class_label(label: int, class_names: Sequence[str]) -> str:
 
 
 def shots_per_class(labels: torch.Tensor, shots: int, seed: int, asked_by: str = "data.shots_per_class",
-                    class_names: Sequence[str] = ()) -> torch.Tensor:
+                    class_names: Sequence[str] = (), settable: bool = True) -> torch.Tensor:
     """Positions of ``shots`` randomly chosen examples of every class in ``labels``; sorted. ``asked_by`` names the
-    setting that asks for them and ``class_names`` the classes, for the error when there are too few."""
+    setting that asks for them and ``class_names`` the classes, for the error when there are too few; where
+    ``settable``, the error says the value of ``asked_by`` that fits the data."""
     if (labels < 0).any():
         raise DataError(f"{asked_by} needs labels, and this data has unlabelled images")
     counts = torch.bincount(labels)
     short = [(label, int(count)) for label, count in enumerate(counts.tolist()) if 0 < count < shots]
     if short:
+        fewest = min(count for _, count in short)
         raise DataError(f"{asked_by} needs {shots} examples of every class, but classes have fewer: "
-                        + ", ".join(f"{class_label(label, class_names)}: {count}" for label, count in short[:10]))
+                        + ", ".join(f"{class_label(label, class_names)}: {count}" for label, count in short[:10])
+                        + (f"; set {asked_by}={fewest} (or fewer) to fit them all" if settable else ""))
     order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))
     by_class = torch.sort(labels[order], stable=True)
     first_of_class = torch.cumsum(counts, 0) - counts
@@ -50,7 +53,7 @@ def disjoint_per_class(labels: torch.Tensor, counts: list[int], seed: int, asked
     rest, slices = torch.arange(len(labels)), []
     for count in counts:
         chosen = shots_per_class(labels[rest], count, seed, f"{asked_by} (with {sum(counts)} per class in all)",
-                                 class_names)
+                                 class_names, settable=False)
         slices.append(rest[chosen])
         keep = torch.ones(len(rest), dtype=torch.bool)
         keep[chosen] = False

@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from mpp.config.data import DataConfig
-from mpp.data.loading import build_dataset, build_loader, warn_if_tested_on_training_images
+from mpp.data.loading import build_dataset, build_loader, check_classes_to_learn, warn_if_tested_on_training_images
 from mpp.data.sources import DataError
 from tests.launching import NO_MPP_MONITORS, ROOT, TINY, launch
 
@@ -186,3 +186,13 @@ def test_separate_splits_and_a_hold_out_slice_are_not_warned_about(tmp_path, cap
         warn_if_tested_on_training_images(*(build_dataset(folders, split, 4, channels=3, augment=False)
                                             for split in ("train", "test")))
     assert not caplog.records
+
+
+def test_a_single_class_to_learn_is_refused_and_two_are_not(tmp_path):
+    two = folder_with_broken_files(tmp_path / "two", good=4, broken=0)  # class_0 and class_1
+    check_classes_to_learn(build_dataset(DataConfig(source=f"folder:{two}"), "train", 4, channels=3, augment=False))
+    folder_with_broken_files(tmp_path / "one", good=1, broken=0)  # class_0 alone
+    one = build_dataset(DataConfig(source=f"folder:{tmp_path / 'one'}"), "train", 4, channels=3, augment=False)
+    with pytest.raises(DataError, match=r"image folder .*one \(1 images, 1 classes\).* has a single class, and a "
+                                        r"classifier needs two or more to tell apart; give data.source a folder"):
+        check_classes_to_learn(one)

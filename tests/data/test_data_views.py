@@ -92,8 +92,13 @@ def test_shots_per_class_takes_exactly_k_of_each_class_seeded():
     assert not torch.equal(chosen, shots_per_class(labels, 5, seed=2))
     with pytest.raises(DataError, match="data.shots_per_class needs 2 examples of every class, but classes have fewer"):
         shots_per_class(torch.tensor([0, 0, 1]), 2, seed=0)
-    with pytest.raises(DataError, match=r"classes have fewer: class 1 \(dogs\): 1$"):  # named as the user knows it
+    with pytest.raises(DataError, match=r"classes have fewer: class 1 \(dogs\): 1; "  # named as the user knows it
+                                        r"set data.shots_per_class=1 \(or fewer\) to fit them all$"):
         shots_per_class(torch.tensor([0, 0, 1]), 2, seed=0, class_names=("cats", "dogs"))
+    # The fix names the smallest class's count.
+    with pytest.raises(DataError, match=r"\(a\): 40, class 1 \(b\): 60; "
+                                        r"set data.shots_per_class=40 \(or fewer\) to fit them all$"):
+        shots_per_class(torch.tensor([0] * 40 + [1] * 60 + [2] * 100), 100, seed=0, class_names=("a", "b", "c"))
 
 
 def test_splits_of_the_built_dataset_respect_holdout_and_shots():
