@@ -72,7 +72,7 @@ def tell_fused_optimizer_whether_to_skip(optimizer: torch.optim.Optimizer, skip:
     state and step count as they are where ``skip`` (a bool scalar on the device) is true, decided on the device: the
     kernels read it as ``found_inf``, which ``GradScaler.step`` sets on an optimizer whose step supports AMP scaling.
     Not quite for fused SGD with momentum's first step: skipped, it keeps the momentum buffer it made by
-    ``empty_like``, unset, and its next step reads it (torch 2.14)."""
+    ``empty_like``, unset, and its next step reads it (torch 2.14); ``NonFiniteGuard`` gives it zeros first."""
     optimizer.found_inf = skip.float()
 
 

@@ -37,6 +37,23 @@ class NonFiniteGuard:
         self.first_bad_step = torch.zeros((), dtype=torch.long, device=device)  # 1-based; 0: none
         # Counted on the device: a new Python number in every step's graph would make XLA compile it again.
         self.steps = torch.tensor(start_step, device=device)
+        if self.fused:
+            self.start_momentum_at_zero()
+
+    @torch.no_grad()
+    def start_momentum_at_zero(self) -> None:
+        """Fused SGD with momentum makes its momentum buffers with ``empty_like`` in its first step and fills them in
+        the kernel; a first step skipped leaves them unset, and the next one would read whatever memory held (values
+        like 1e25 reached the weights, torch 2.14). Buffers of zeros from the start: without dampening, the first
+        step then makes the buffer the gradient, as torch's own first step does."""
+        if not isinstance(self.optimizer, torch.optim.SGD):
+            return
+        for group in self.optimizer.param_groups:
+            if group["momentum"] and not group["dampening"]:
+                for parameter in group["params"]:
+                    state = self.optimizer.state[parameter]
+                    if state.get("momentum_buffer") is None:
+                        state["momentum_buffer"] = torch.zeros_like(parameter, memory_format=torch.preserve_format)
 
     def observe_loss(self, loss: torch.Tensor) -> None:
         self.loss_not_finite |= ~torch.isfinite(loss.detach())

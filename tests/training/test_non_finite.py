@@ -104,3 +104,20 @@ def test_a_skipped_first_step_leaves_a_foreach_optimizer_as_new():
     for state in optimizer.state.values():
         assert float(state["step"]) == 0 and not state["exp_avg"].any() and not state["exp_avg_sq"].any()
     assert guard.check(1, window_steps=2) == 1
+
+
+def test_fused_sgd_with_momentum_whose_first_step_is_skipped_then_steps_as_a_first_step():
+    """Its momentum buffers would be left unset by a skipped first step (torch makes them with empty_like), and the
+    next step would read whatever memory held: here, memory just freed, full of 3e25."""
+    for _ in range(3):
+        junk = [torch.full((1000,), 3e25) for _ in range(20)]
+        del junk
+        parameter = torch.nn.Parameter(torch.ones(1000))
+        optimizer = torch.optim.SGD([parameter], lr=0.1, momentum=0.9, fused=True)
+        guard = NonFiniteGuard(optimizer, torch.device("cpu"), stop=False, scaler_skips=False)
+        for grad_norm in (math.inf, 1.0):  # skipped, then applied
+            parameter.grad = torch.ones(1000)
+            with guard.only_if_finite(torch.tensor(grad_norm)):
+                optimizer.step()
+        assert torch.allclose(parameter.detach(), torch.full((1000,), 0.9))  # one step of lr x gradient
+        assert torch.allclose(optimizer.state[parameter]["momentum_buffer"], torch.ones(1000))
