@@ -110,6 +110,48 @@ def seeds_to_settle(mean: float, sd: float) -> Optional[int]:
     return None
 
 
+def normal_cdf(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def paired_t_power(effect: float, sd: float, n: int, alpha: float = 0.05) -> float:
+    """The probability that the two-sided paired t-test at level ``alpha`` over ``n`` seeds finds a true mean
+    difference ``effect`` whose paired differences spread with ``sd``: the noncentral t's mass beyond the critical
+    values, integrated over the chi distribution of the sample spread (Simpson's rule; error below 1e-6)."""
+    if n < 2:
+        raise ValueError(f"a paired t-test needs at least 2 seeds, not {n}")
+    df = n - 1
+    critical = student_t_quantile(1 - alpha / 2, df)
+    shift = effect * math.sqrt(n) / sd  # the noncentrality
+    # s = sqrt(chi-square(df)): its density, and P(T > c or T < -c | s) with T = (Z + shift) / (s / sqrt(df)).
+    log_norm = (df / 2 - 1) * math.log(2) + math.lgamma(df / 2)
+
+    def integrand(s: float) -> float:
+        if s <= 0:
+            return 0.0
+        density = math.exp((df - 1) * math.log(s) - s * s / 2 - log_norm)
+        bound = critical * s / math.sqrt(df)
+        return density * (normal_cdf(shift - bound) + normal_cdf(-shift - bound))
+
+    top, steps = math.sqrt(df) + 12.0, 4000
+    width = top / steps
+    total = integrand(0.0) + integrand(top)
+    total += sum((4 if i % 2 else 2) * integrand(i * width) for i in range(1, steps))
+    return min(1.0, total * width / 3)
+
+
+def seeds_for_power(effect: float, sd: float, alpha: float = 0.05, power: float = 0.8) -> Optional[int]:
+    """The fewest seeds (at least 2) at which the two-sided paired t-test at level ``alpha`` finds a true difference
+    ``effect`` of spread ``sd`` with probability ``power``; None beyond ``MOST_SEEDS``."""
+    if paired_t_power(effect, sd, MOST_SEEDS, alpha) < power:
+        return None
+    low, high = 1, MOST_SEEDS  # the power grows with the seeds: low falls short (or is no test), high reaches it
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if paired_t_power(effect, sd, middle, alpha) < power else (low, middle)
+    return high
+
+
 def describe_difference(difference: PairedDifference, claimed: bool = False) -> str:
     """One table cell: "+3.2 [+1.0, +5.4], shown (p 0.012)" or "+2.2 [-1.3, +5.7], not shown (p 0.18; 9 seeds would
     settle it)". Where a claim says the difference is positive (``claimed``), one shown below 0 is "the opposite
