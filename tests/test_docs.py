@@ -302,6 +302,20 @@ def test_the_front_pages_sentence_on_its_results_holds_for_their_intervals():
             assert not (against_pixels.shown and against_pixels.mean > 0), column
 
 
+def test_the_front_pages_table_says_over_how_many_seeds_and_labels_its_figures_are():
+    """"mean ± SD over 3 seeds (5 on shapes), on 100 labelled images per class (50 on clip art)": each column's
+    seeds and labelled images per class as its results.json gives them."""
+    said = re.search(r"mean ± SD over (\d+) seeds \((\d+) on shapes\), on (\d+) labelled images per class \((\d+) on "
+                     r"clip art\)", " ".join((ROOT / "README.md").read_text().split()))
+    assert said, "the front page's table no longer says over how many seeds and labelled images it is"
+    seeds, shapes_seeds, labelled, clip_art_labelled = map(int, said.groups())
+    for column, name in FRONT_PAGE_EXPERIMENTS.items():
+        result = json.loads((ROOT / "results" / name / "results.json").read_text())
+        assert len(result["seeds"]) == (shapes_seeds if column == "Shapes" else seeds), column
+        clip_art = column.startswith("Clip art")
+        assert result["labelled_per_class"] == (clip_art_labelled if clip_art else labelled), column
+
+
 def test_the_front_page_is_short_and_narrow():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= 90, f"README.md has {len(lines)} lines; the front page keeps to 90 (details go to docs/)"
