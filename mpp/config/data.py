@@ -22,6 +22,8 @@ SOURCE_KINDS = {
                                             "directory)"),
     "openclipart": SourceKind("optional", "openclipart[:<dir>], clip art in subject folders (default: the Debian "
                                           "package openclipart-png's /usr/share/openclipart/png)"),
+    "openclipart-pool": SourceKind("optional", "openclipart-pool[:<dir>], every clip-art drawing unlabelled, less "
+                                               "openclipart's test split: a pre-training pool"),
     "cifar10": SourceKind("required", "cifar10:<dir>, the python pickles (cifar-10-batches-py/)"),
     "cifar100": SourceKind("required", "cifar100:<dir>, the python pickles (cifar-100-python/)"),
     "folder": SourceKind("required", "folder:<dir>, class_name/image files"),

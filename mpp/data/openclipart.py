@@ -111,32 +111,60 @@ def read_decoded(cache: Path) -> tuple[torch.Tensor, torch.Tensor]:
     return stored["pixels"], stored["kept"]
 
 
-def openclipart_source(location: str, split: str, image_size: int) -> ArraySource:
-    """One split (train or test) of the clip art at ``image_size`` px: every drawing whole, on white, as uint8 in
-    memory. Decoded once per split and size and cached under ~/.cache/mpp (``XDG_CACHE_HOME``), keyed by the files'
+def decoded_drawings(files: list[Path], name: str, image_size: int) -> tuple[torch.Tensor, list[int]]:
+    """(n 3 s s) uint8 drawings of ``files`` that decode, whole on white, and their positions in ``files``: decoded
+    once per file list and size and cached under ~/.cache/mpp (``XDG_CACHE_HOME``) as ``name``, keyed by the files'
     paths, sizes and modification times; later runs read the cache in a fraction of a second."""
-    if split not in ("train", "test"):
-        raise DataError(f"openclipart has no split {split!r}; it has train, test")
-    root = Path(location or DEFAULT_ROOT).expanduser()
-    class_names, files, labels = split_files(root, split)
     digest = hashlib.sha256(str(image_size).encode())
     for path in files:
         status = path.stat()
         digest.update(f"{path}|{status.st_size}|{status.st_mtime_ns}".encode())
-    cache = cache_root() / f"openclipart-{split}-{image_size}px-{digest.hexdigest()[:16]}.pt"
+    cache = cache_root() / f"openclipart-{name}-{image_size}px-{digest.hexdigest()[:16]}.pt"
     stored = read_cache(cache, read_decoded)
     if stored is not None:
-        pixels, kept_positions = stored
-    else:
-        logger.info("openclipart: decoding the %d %s images at %d px once, into %s", len(files), split, image_size,
-                    cache)
-        pixels, kept_positions, failed = read_drawings(files, image_size)
-        if failed:
-            logger.warning("openclipart: %d of %d files could not be decoded and are left out: %s", len(failed),
-                           len(files), "; ".join(failed))
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        # Runs started together (a reproduction's first two) decode the same split at once, each writing it whole
-        write_whole(cache, lambda partial: torch.save({"pixels": pixels, "kept": kept_positions}, partial), shared=True)
+        return stored
+    logger.info("openclipart: decoding the %d %s images at %d px once, into %s", len(files), name, image_size, cache)
+    pixels, kept_positions, failed = read_drawings(files, image_size)
+    if failed:
+        logger.warning("openclipart: %d of %d files could not be decoded and are left out: %s", len(failed),
+                       len(files), "; ".join(failed))
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    # Runs started together (a reproduction's first two) decode the same split at once, each writing it whole
+    write_whole(cache, lambda partial: torch.save({"pixels": pixels, "kept": kept_positions}, partial), shared=True)
+    return pixels, kept_positions
+
+
+def openclipart_source(location: str, split: str, image_size: int) -> ArraySource:
+    """One split (train or test) of the clip art at ``image_size`` px: every drawing whole, on white, as uint8 in
+    memory (``decoded_drawings``)."""
+    if split not in ("train", "test"):
+        raise DataError(f"openclipart has no split {split!r}; it has train, test")
+    root = Path(location or DEFAULT_ROOT).expanduser()
+    class_names, files, labels = split_files(root, split)
+    pixels, kept_positions = decoded_drawings(files, split, image_size)
     return ArraySource(pixels, torch.tensor(labels)[kept_positions], class_names,
                        f"openclipart {split} ({len(kept_positions)} drawings of {len(class_names)} categories "
                        f"under {root}, whole on white at {image_size} px)")
+
+
+def pool_files(root: Path) -> list[Path]:
+    """Every drawing under ``root`` once (by its real path: the package links a drawing into the other places it
+    belongs), from every folder, less the test split of the labelled categories: images to pre-train on that no
+    test of an encoder ever scores."""
+    tested = {os.path.realpath(path) for path in split_files(root, "test")[1]}
+    return [path for path in image_files(root).files if os.path.realpath(path) not in tested]
+
+
+def openclipart_pool_source(location: str, split: str, image_size: int) -> ArraySource:
+    """The unlabelled pool (``pool_files``) as the training split, for pre-training on more drawings than the
+    labelled categories hold (every image labelled -1); the test split is ``openclipart``'s."""
+    if split == "test":
+        return openclipart_source(location, split, image_size)
+    if split != "train":
+        raise DataError(f"openclipart-pool has no split {split!r}; it has train, test")
+    root = Path(location or DEFAULT_ROOT).expanduser()
+    files = pool_files(root)
+    pixels, kept_positions = decoded_drawings(files, "pool", image_size)
+    return ArraySource(pixels, torch.full((len(kept_positions),), -1), (),
+                       f"openclipart pool ({len(kept_positions)} unlabelled drawings of every folder under {root}, "
+                       f"less the labelled categories' test split; whole on white at {image_size} px)")

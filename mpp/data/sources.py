@@ -14,7 +14,7 @@ from mpp.data.fashion_mnist import fashion_mnist_source
 from mpp.data.hugging_face import HuggingFaceSource
 from mpp.data.image_folder import ImageFolderSource
 from mpp.data.image_source import ImageSource
-from mpp.data.openclipart import openclipart_source
+from mpp.data.openclipart import openclipart_pool_source, openclipart_source
 from mpp.data.shapes import ShapesSource
 from mpp.errors import DataError
 
@@ -37,6 +37,7 @@ READERS: dict[str, Callable[[str, DataConfig, StoredSplit, int], ImageSource]] =
     "shapes": lambda location, cfg, split, size: ShapesSource(split, size),  # rendered at the model's resolution
     "fashion-mnist": lambda location, cfg, split, size: fashion_mnist_source(location, split),
     "openclipart": lambda location, cfg, split, size: openclipart_source(location, split, size),  # cached per size
+    "openclipart-pool": lambda location, cfg, split, size: openclipart_pool_source(location, split, size),
     "cifar10": lambda location, cfg, split, size: cifar_source("cifar10", location, split),
     "cifar100": lambda location, cfg, split, size: cifar_source("cifar100", location, split),
     "folder": lambda location, cfg, split, size: image_folder_split(location, cfg, split),

@@ -33,6 +33,10 @@ class ExperimentConfig:
     publish_dir: str = ""
     results_page: str = ""
     tables_only: bool = False  # write the tables, plots and page section again from results.json, running nothing
+    # With finetune.sweep_lrs: each fine-tuning's learning rate is chosen once, on the first seed's validation split,
+    # and the other seeds' fine-tuning trains at it (finetune.lr_from) without a sweep of its own. False: every seed
+    # sweeps.
+    tune_once: bool = False
 
     def presets(self) -> tuple[str, ...]:
         """The names of the fields that give a stage's preset."""
@@ -103,9 +107,6 @@ class ReproductionConfig(ExperimentConfig):
     # The from-scratch rows' fine-tuning, after ``finetune``: a randomly initialised ViT needs many more steps than a
     # pre-trained one, so it trains at least as many as pre-training and fine-tuning together (train.steps=...).
     scratch_finetune: tuple[str, ...] = ()
-    # With finetune.sweep_lrs: each row's learning rate is chosen once, on the first seed's validation split, and the
-    # other seeds' fine-tuning trains at it (finetune.lr_from) without a sweep of its own. False: every seed sweeps.
-    tune_once: bool = False
     knn: tuple[str, ...] = ()  # the kNN fits (knn.*), beside ``linear_probe``'s logistic regression
     # The grid: its rows (each a mapping of name, label, pretraining: mpp | supervised | null, overrides) and the
     # claims tested on them (claim, better, worse: rows' names). One row without pre-training is the from-scratch
@@ -142,8 +143,21 @@ class PretrainingCurveConfig(ExperimentConfig):
     output_dir: str = "runs/pretraining-curve"  # one folder per run inside, then results.md, results.json and the plot
     epochs: tuple[int, ...] = (1, 2, 4, 8, 16)  # the checkpoints read, besides the encoder at initialisation
     features: Pooling = "avg"  # what the frozen protocols read: MPP trains the patch tokens, not the [class] token
+    # Fine-tuned, besides (none: frozen readings only): the encoder at each length fine-tuned with this preset, and a
+    # ViT from scratch trained as many steps as that length's pre-training and the fine-tuning together, by the same
+    # preset: MPP's fine-tuned gain at each length. ``finetune`` overrides both (the labels, steps, the rate grid).
+    finetune_preset: Optional[str] = None
+    finetune: tuple[str, ...] = ()
+    finetune_steps: int = 0  # the fine-tuning's optimizer steps (``finetune`` sets them): scratch adds them
+    scratch_finetune: tuple[str, ...] = ()  # the from-scratch runs', after ``finetune`` (their warm-up, log steps)
+
+    def presets(self) -> tuple[str, ...]:
+        return ("mpp_preset", "eval_preset", *(("finetune_preset",) if self.finetune_preset else ()))
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.finetune_preset and self.finetune_steps < 1:
+            raise ConfigError("finetune_steps must give the fine-tuning's optimizer steps (the train.steps it sets): "
+                              "the runs from scratch train as many more")
         if not self.epochs or list(self.epochs) != sorted(set(self.epochs)) or self.epochs[0] < 1:
             raise ConfigError(f"epochs={list(self.epochs)} must list whole epochs from 1 up, each once, in order")

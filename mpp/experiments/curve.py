@@ -28,9 +28,9 @@ from mpp.evaluation.statistics import describe_difference, paired_difference
 from mpp.experiments.class_balance import class_balance
 from mpp.experiments.config import PretrainingCurveConfig
 from mpp.experiments.publishing import Comparison, copy_to_publish_dir, holm_summary, percent, publish_table
-from mpp.experiments.runner import Run, recipe_command, run_experiment
+from mpp.experiments.runner import Run, at_first_seeds_rate, recipe_command, run_experiment
 from mpp.models.encoder import create_encoder
-from mpp.run.directory import read_metrics
+from mpp.run.directory import logged_scalars, read_metrics
 from mpp.training.checkpoint import checkpoint_path
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,9 @@ def plan_runs(cfg: PretrainingCurveConfig, repository: Path, epoch_steps: int) -
     output_dir = Path(cfg.output_dir)
     cache = f"eval.feature_cache={output_dir / 'feature-cache'}"
     last = cfg.epochs[-1]
-    pretraining = (*cfg.data, *cfg.encoder, *cfg.mpp, f"train.steps={last * epoch_steps}",
+    # Fine-tuned readings need MPP's own accuracy at each length: a log step at every epoch's end.
+    logged = (f"train.log_every={epoch_steps}",) if cfg.finetune_preset else ()
+    pretraining = (*cfg.data, *cfg.encoder, *cfg.mpp, *logged, f"train.steps={last * epoch_steps}",
                    f"train.checkpoint_every={epoch_steps}", f"train.keep_checkpoints={last + 1}",
                    "monitor.few_shot_every=0", "monitor.mosaic_every=0", "monitor.final_few_shot_draws=0")
     evaluations = {"linear_probe": ("probe", cfg.linear_probe), "few_shot": ("few_shot", cfg.few_shot)}
@@ -86,10 +88,82 @@ def plan_runs(cfg: PretrainingCurveConfig, repository: Path, epoch_steps: int) -
             for script in evaluations:
                 runs.append(evaluation(script, f"epoch{epochs}", seed, source if epochs else None,
                                        f"eval.features={cfg.features}", *init))
-    return runs
+    return runs[:len(cfg.seeds)] + finetuning_runs(cfg, repository, epoch_steps) + runs[len(cfg.seeds):]
 
 
-def collect_results(cfg: PretrainingCurveConfig) -> dict[str, Any]:
+def finetuning_runs(cfg: PretrainingCurveConfig, repository: Path, epoch_steps: int) -> list[Run]:
+    """Where ``finetune_preset`` is set: per seed and length, the encoder at that length's checkpoint fine-tuned,
+    and a ViT from scratch trained by the same preset for as many steps as the pre-training to that length and the
+    fine-tuning together. The runs from scratch need no pre-training: the longest start beside it."""
+    if not cfg.finetune_preset:
+        return []
+    output_dir = Path(cfg.output_dir)
+
+    def finetuning(start: str, epochs: int, seed: int, after: str | None, *extra: str) -> Run:
+        name = f"{start}/epoch{epochs}-seed{seed}"
+        tuned, waits = at_first_seeds_rate(cfg, f"{start}/epoch{epochs}-seed{cfg.seeds[0]}", seed)
+        command = recipe_command(cfg, repository, "finetune", cfg.finetune_preset,
+                                 (*cfg.data, *cfg.encoder, *cfg.finetune, f"data.subset_seed={seed}", *extra, *tuned),
+                                 seed, output_dir / name)
+        return Run(name, start, command, after, also_after=waits)
+
+    scratch, finetuned = [], []
+    for epochs in reversed(cfg.epochs):
+        for seed in cfg.seeds:
+            source = f"pretrain/mpp-seed{seed}"
+            checkpoint = checkpoint_path(output_dir / source, epochs * epoch_steps)
+            finetuned.append(finetuning("finetune", epochs, seed, source, f"init={checkpoint / MODEL_FILE}"))
+            scratch.append(finetuning("scratch", epochs, seed, None, *cfg.scratch_finetune,
+                                      f"train.steps={epochs * epoch_steps + cfg.finetune_steps}"))
+    return scratch + finetuned
+
+
+def finetuned_results(cfg: PretrainingCurveConfig, epoch_steps: int) -> dict[str, Any]:
+    """Per length (in epochs of the pre-training images, with its steps): each seed's fine-tuned test accuracy and
+    balanced accuracy, from MPP's encoder and from scratch trained as long, their learning rates and final training
+    accuracies; and MPP's own accuracy at that length (its training log's, over the epoch that ended there) beside
+    always predicting the most frequent colour."""
+    output_dir = Path(cfg.output_dir)
+    pretraining = [output_dir / f"pretrain/mpp-seed{seed}" for seed in cfg.seeds]
+    batch = [read_metrics(run)["global_batch_size"] for run in pretraining]
+    logged = [logged_scalars(run, "train/mpp_accuracy") for run in pretraining]
+    curve = {}
+    for epochs in cfg.epochs:
+        entry: dict[str, Any] = {"epochs": epochs, "pretraining_steps": epochs * epoch_steps,
+                                 "mpp_accuracy": [points.get(epochs * epoch_steps * size)
+                                                  for points, size in zip(logged, batch, strict=True)]}
+        for start in ("finetune", "scratch"):
+            runs = [read_metrics(output_dir / f"{start}/epoch{epochs}-seed{seed}") for seed in cfg.seeds]
+            entry[start] = {"accuracy": [run["test_accuracy"] for run in runs],
+                            "balanced_accuracy": [run["test_balanced_accuracy"] for run in runs],
+                            "lr": [run["chosen_lr"] or run["lr"] for run in runs],
+                            "steps": [run["step"] for run in runs],
+                            "train_accuracy": [run["train_accuracy"] for run in runs]}
+        curve[str(epochs)] = entry
+    floor = [read_metrics(run)["mpp_accuracy_most_frequent_class"] for run in pretraining]
+    return {"finetuned": curve, "mpp_accuracy_most_frequent_class": floor}
+
+
+def finetuned_table(results: dict[str, Any]) -> str:
+    """Markdown: at each pre-training length, MPP's accuracy against its floor, fine-tuned balanced accuracy from
+    MPP and from scratch trained as long (mean ± SD, in %), and MPP's gain with its 95% interval."""
+    curve = results["finetuned"]
+    floor = 100 * sum(results["mpp_accuracy_most_frequent_class"]) / len(results["mpp_accuracy_most_frequent_class"])
+    lines = [f"| MPP pre-training ({len(results['seeds'])} seeds) | MPP accuracy (most frequent colour: {floor:.1f}) "
+             "| Fine-tuned from MPP, balanced | From scratch, as many steps, balanced | Scratch's final training "
+             "accuracy | MPP's fine-tuned gain, points |", "|---|---:|---:|---:|---:|---|"]
+    for epochs, entry in curve.items():
+        gain = paired_difference(entry["finetune"]["balanced_accuracy"], entry["scratch"]["balanced_accuracy"],
+                                 scale=100)
+        mpp = [value for value in entry["mpp_accuracy"] if value is not None]
+        lines.append(f"| {length_label(epochs)} ({entry['pretraining_steps']:,} steps) | "
+                     f"{percent(mpp) if mpp else '—'} | {percent(entry['finetune']['balanced_accuracy'])} | "
+                     f"{percent(entry['scratch']['balanced_accuracy'])} | "
+                     f"{percent(entry['scratch']['train_accuracy'])} | {describe_difference(gain, claimed=True)} |")
+    return "\n".join(lines) + "\n"
+
+
+def collect_results(cfg: PretrainingCurveConfig, epoch_steps: int) -> dict[str, Any]:
     """Per length: each seed's linear-probe accuracy and balanced accuracy and few-shot accuracy per number of
     shots; the raw pixels' once."""
     output_dir = Path(cfg.output_dir)
@@ -105,7 +179,7 @@ def collect_results(cfg: PretrainingCurveConfig) -> dict[str, Any]:
         per_seed = [scores(f"epoch{epochs}", seed) for seed in cfg.seeds]
         curve[str(epochs)] = {measure: [run[measure] for run in per_seed] for measure in per_seed[0]}
     return {"seeds": list(cfg.seeds), "features": cfg.features, "curve": curve, "pixels": scores(PIXELS, cfg.seeds[0]),
-            **scored_class_balance(cfg)}
+            **scored_class_balance(cfg), **(finetuned_results(cfg, epoch_steps) if cfg.finetune_preset else {})}
 
 
 def scored_class_balance(cfg: PretrainingCurveConfig) -> dict[str, Any]:
@@ -221,7 +295,9 @@ def plot_curve(results: dict[str, Any], path: Path) -> Path:
 
 def publish(cfg: PretrainingCurveConfig, results: dict[str, Any], folder: Path) -> dict[str, Any]:
     """results.md and the plot beside results.json in ``folder``, and into ``publish_dir`` and ``results_page``."""
-    table = publish_table(cfg, folder, curve_table(results), results["runs"], results["wall_seconds"])
+    tables = curve_table(results) + (f"\nFine-tuned (exploratory):\n\n{finetuned_table(results)}"
+                                     if "finetuned" in results else "")
+    table = publish_table(cfg, folder, tables, results["runs"], results["wall_seconds"])
     plot = plot_curve(results, folder / "pretraining_curve.png")
     copy_to_publish_dir(cfg, folder, [plot])
     return {**results, "table": table, "plot": str(plot)}
@@ -232,5 +308,5 @@ def pretraining_curve(cfg: PretrainingCurveConfig, repository: Path) -> dict[str
     # Builds the dataset: only when runs are planned.
     epoch_steps = functools.cache(lambda: pretraining_steps_per_epoch(cfg))
     return run_experiment(cfg, lambda: plan_runs(cfg, repository, epoch_steps()),
-                          lambda: collect_results(cfg) | {"steps_per_epoch": epoch_steps()},
+                          lambda: collect_results(cfg, epoch_steps()) | {"steps_per_epoch": epoch_steps()},
                           lambda results, folder: publish(cfg, results, folder))

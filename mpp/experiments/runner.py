@@ -75,6 +75,15 @@ def recipe_command(cfg: ExperimentConfig, repository: Path, script: str, preset:
             f"output_dir={run_dir}", again)
 
 
+def at_first_seeds_rate(cfg: ExperimentConfig, tuned: str, seed: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """With ``tune_once``, a fine-tuning run of a later seed trains at the learning rate its first seed's run
+    ``tuned`` chose, without a sweep of its own: its overrides and the runs it waits for (none for the first seed, or
+    without ``tune_once``)."""
+    if not cfg.tune_once or seed == cfg.seeds[0]:
+        return (), ()
+    return ("finetune.sweep_lrs=[]", f"finetune.lr_from={Path(cfg.output_dir) / tuned}"), (tuned,)
+
+
 class RunFailed(RunError):
     """A run of the grid exited with an error."""
 

@@ -134,3 +134,15 @@ def write_metrics(run_dir: Path, metrics: dict[str, Any]) -> None:
     """Write ``metrics.json`` whole or not at all (main process only)."""
     if PartialState().is_main_process:
         write_whole(run_dir / METRICS_FILE, lambda partial: partial.write_text(json.dumps(metrics, indent=2) + "\n"))
+
+
+def logged_scalars(run_dir: Path, tag: str) -> dict[int, float]:
+    """{x: value} of one scalar a run logged to TensorBoard (x: images seen); a resumed run's repeated points once."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logging.getLogger("tensorboard").setLevel(logging.WARNING)  # a line per event file read otherwise
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    if tag not in events.Tags()["scalars"]:
+        return {}
+    return {event.step: event.value for event in events.Scalars(tag)}

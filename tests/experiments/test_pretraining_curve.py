@@ -12,15 +12,20 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mpp.config.runs import FewShotRunConfig, LinearProbeRunConfig, MPPRunConfig
+from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, LinearProbeRunConfig, MPPRunConfig
 from mpp.config.building import build_config
 from mpp.errors import ConfigError
 from mpp.experiments.config import PretrainingCurveConfig
-from mpp.experiments.curve import curve_table, plan_runs, pretraining_steps_per_epoch
+from mpp.experiments.curve import curve_table, finetuned_table, plan_runs, pretraining_steps_per_epoch
 from tests.launching import ROOT
 
 CONFIGS = ROOT / "recipes" / "configs"
-RECIPE_CONFIGS = {"mpp.py": MPPRunConfig, "few_shot.py": FewShotRunConfig, "linear_probe.py": LinearProbeRunConfig}
+RECIPE_CONFIGS = {"mpp.py": MPPRunConfig, "few_shot.py": FewShotRunConfig, "linear_probe.py": LinearProbeRunConfig,
+                  "finetune.py": FinetuneRunConfig}
+FINETUNED = {"finetune_preset": str(CONFIGS / "finetune_tiny_cpu.yaml"), "finetune_steps": 4,
+             "finetune": ["train.steps=4", "train.global_batch_size=8", "train.warmup_steps=1", "train.log_every=2",
+                          "finetune.sweep_lrs=[]"],
+             "scratch_finetune": ["train.warmup_steps=2"]}
 TINY = {  # 40 shapes images (4 per class), a one-block ViT on 16x16 images, batches of 8: 5 steps an epoch
     "mpp_preset": str(CONFIGS / "mpp_tiny_cpu.yaml"), "eval_preset": str(CONFIGS / "eval_tiny_cpu.yaml"),
     "data": ["data.shots_per_class=4"],
@@ -103,23 +108,77 @@ def test_the_whole_curve_runs_writes_its_table_and_plot_and_a_rerun_redoes_nothi
     preset = tmp_path / "curve.yaml"
     page = tmp_path / "results.md"
     page.write_text("# Title\n<!-- results: curve -->\n<!-- /results: curve -->\n")
-    preset.write_text(yaml.safe_dump({**TINY, "seeds": [0, 1], "output_dir": str(tmp_path / "curve"),
+    preset.write_text(yaml.safe_dump({**TINY, **FINETUNED, "seeds": [0, 1], "output_dir": str(tmp_path / "curve"),
                                       "results_page": str(page)}))
     command = [sys.executable, str(ROOT / "recipes" / "pretraining_curve.py"), "--config", str(preset)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "16 runs, 0 already finished" in result.stderr
+    assert "24 runs, 0 already finished" in result.stderr
     results = json.loads((tmp_path / "curve" / "results.json").read_text())
     assert list(results["curve"]) == ["0", "1", "2"] and results["steps_per_epoch"] == 5
     for figures in results["curve"].values():
         assert set(figures) == {"linear_probe", "linear_probe_balanced", "1-shot"}
         assert all(0 <= value <= 1 for values in figures.values() for value in values) and len(figures["1-shot"]) == 2
     assert results["classes"] == 10
+    for epochs, entry in results["finetuned"].items():  # each length in epochs and steps, beside its fine-tuned runs
+        assert entry["epochs"] == int(epochs) and entry["pretraining_steps"] == 5 * int(epochs)
+        assert entry["scratch"]["steps"] == [5 * int(epochs) + 4] * 2 and entry["finetune"]["steps"] == [4, 4]
+        assert all(0 < value < 1 for value in entry["mpp_accuracy"])  # logged at the epoch's end
     table = (tmp_path / "curve" / "results.md").read_text()
+    assert "Fine-tuned (exploratory):" in table and "| 2 epochs (10 steps) |" in table
     assert "| 2 epochs |" in table and f"<!-- results: curve -->\n{table}" in page.read_text()
     assert (tmp_path / "curve" / "pretraining_curve.png").read_bytes().startswith(b"\x89PNG")
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and "16 runs, 16 already finished" in again.stderr
+    assert again.returncode == 0 and "24 runs, 24 already finished" in again.stderr
+
+
+def test_fine_tuned_the_encoder_at_each_length_meets_a_vit_from_scratch_trained_as_long(tmp_path):
+    cfg = tiny_config(tmp_path, seeds=[3, 7], **FINETUNED)
+    planned = plan_runs(cfg, ROOT, 5)
+    names = [run.name for run in planned]
+    # Pre-training first, then the runs from scratch, the longest first (they need no pre-training), then the rest.
+    assert names[:4] == ["pretrain/mpp-seed3", "pretrain/mpp-seed7", "scratch/epoch2-seed3", "scratch/epoch2-seed7"]
+    assert len(planned) == 2 + 2 * (1 + 2 * 3) + 2 * 2 * 2  # the frozen curve's, then per seed and length two runs
+    runs = {run.name: run for run in planned}
+    for seed in (3, 7):
+        pretraining = build_config(MPPRunConfig, runs[f"pretrain/mpp-seed{seed}"].command[3],
+                                   runs[f"pretrain/mpp-seed{seed}"].command[4:])
+        assert pretraining.train.log_every == 5  # MPP's accuracy logged at every epoch's end
+        for epochs in (1, 2):
+            finetuned, scratch = runs[f"finetune/epoch{epochs}-seed{seed}"], runs[f"scratch/epoch{epochs}-seed{seed}"]
+            assert finetuned.after == f"pretrain/mpp-seed{seed}" and scratch.after is None
+            assert f"init={cfg.output_dir}/pretrain/mpp-seed{seed}/checkpoints/step_{5 * epochs:08d}/" \
+                   "model.safetensors" in finetuned.command
+            from_scratch = build_config(FinetuneRunConfig, scratch.command[3], scratch.command[4:])
+            assert from_scratch.train.steps == 5 * epochs + 4 and from_scratch.init == ""  # as long as both together
+            assert from_scratch.train.warmup_steps == 2 and from_scratch.data.subset_seed == seed
+            assert build_config(FinetuneRunConfig, finetuned.command[3], finetuned.command[4:]).train.steps == 4
+    # tune_once: the first seed's sweep chooses each run's rate, at each length; the other seeds train at it.
+    once = {run.name: run for run in plan_runs(tiny_config(tmp_path, seeds=[3, 7], tune_once=True, **{
+        **FINETUNED, "finetune": [*FINETUNED["finetune"][:-1], "finetune.sweep_lrs=[0.01,0.1]"]}), ROOT, 5)}
+    for start in ("finetune", "scratch"):
+        assert once[f"{start}/epoch2-seed3"].also_after == () and "finetune.sweep_lrs=[]" not in \
+            once[f"{start}/epoch2-seed3"].command
+        later = once[f"{start}/epoch2-seed7"]
+        assert later.also_after == (f"{start}/epoch2-seed3",)
+        assert f"finetune.lr_from={cfg.output_dir}/{start}/epoch2-seed3" in later.command
+    with pytest.raises(ConfigError, match="finetune_steps must give the fine-tuning's optimizer steps"):
+        tiny_config(tmp_path, **{**FINETUNED, "finetune_steps": 0})
+
+
+def test_the_fine_tuned_table_reads_mpp_against_its_floor_and_its_gain_over_scratch_as_long():
+    def runs(balanced: list[float]) -> dict:
+        return {"accuracy": balanced, "balanced_accuracy": balanced, "lr": [0.1, 0.1, 0.1], "steps": [9, 9, 9],
+                "train_accuracy": [0.9, 0.95, 1.0]}
+
+    results = {"seeds": [0, 1, 2], "mpp_accuracy_most_frequent_class": [0.02, 0.03, 0.025], "finetuned": {
+        "1": {"epochs": 1, "pretraining_steps": 5, "mpp_accuracy": [0.2, 0.3, None],
+              "finetune": runs([0.50, 0.52, 0.54]), "scratch": runs([0.40, 0.41, 0.42])}}}
+    table = finetuned_table(results)
+    assert "| MPP pre-training (3 seeds) | MPP accuracy (most frequent colour: 2.5) |" in table
+    # Gains +10, +11, +12: mean 11, SD 1, 11 ± 4.303 / sqrt(3) = [+8.5, +13.5]; a seed without a log point left out.
+    assert ("| 1 epoch (5 steps) | 25.0 ± 7.1 | 52.0 ± 2.0 | 41.0 ± 1.0 | 95.0 ± 5.0 | +11.0 [+8.5, +13.5], shown"
+            in table)
 
 
 def synthetic_curve(balanced_like_plain: bool, largest_class: float) -> dict:
