@@ -3,13 +3,34 @@ on into a one-line message and an exit status."""
 
 from __future__ import annotations
 
+import logging
+import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from accelerate import PartialState
+
 from mpp.config.building import parse_command_line
 from mpp.errors import RunError
+from mpp.private_apis import accelerate_launch_variable
+from mpp.run.directory import CONFIG_FILE
 from mpp.training.preemption import Preempted, stop_with_launcher
+
+logger = logging.getLogger(__name__)
+
+
+def continue_command(checkpoint: Path) -> str:
+    """The command that continues a run stopped after writing ``checkpoint``: this one, with ``--resume`` and the
+    run's directory (the nearest folder above the checkpoint that holds the run's config), under the launcher it
+    ran under (``accelerate launch``, with its process count; or this Python)."""
+    run_dir = next(folder for folder in Path(checkpoint).parents if (folder / CONFIG_FILE).is_file())
+    kept = [arg for arg in sys.argv[1:] if arg != "--resume" and not arg.startswith(("output_dir=", "resume="))]
+    processes = PartialState().num_processes
+    launcher = (["accelerate", "launch", *(["--num_processes", str(processes)] if processes > 1 else [])]
+                if accelerate_launch_variable() in os.environ else [sys.executable])
+    return shlex.join([*launcher, sys.argv[0], *kept, "--resume", f"output_dir={run_dir}"])
 
 
 def run_recipe(main: Callable[[Any], Any], config_class: type, default_preset: Path, description: str) -> None:
@@ -20,5 +41,9 @@ def run_recipe(main: Callable[[Any], Any], config_class: type, default_preset: P
     except RunError as error:
         sys.exit(f"error: {error}")
     except Preempted as stop:
-        print(stop, file=sys.stderr)
+        said = f"{stop}: {continue_command(stop.checkpoint)}"
+        if PartialState().is_main_process:
+            logger.warning(said)  # on the console and in the run's log.txt
+        else:
+            print(said, file=sys.stderr)
         sys.exit(128 + stop.signum)  # the shell's code for "ended by this signal", so schedulers see why

@@ -61,7 +61,7 @@ def main(cfg: SupervisedRunConfig) -> dict[str, Any]:
         encoder = trainer.trained_encoder(cfg.model)  # on every process: under FSDP it gathers the shards
         if accelerator.is_main_process:  # the encoder alone: fine-tuning replaces the pre-training head (Sec. 3.2)
             export_encoder(encoder, session.run_dir / EXPORT_DIR, cfg.data.mean, cfg.data.std,
-                           tag="supervised", eval_crop_fraction=cfg.data.eval_crop_fraction,
+                           tag="supervised", eval_crop_fraction=cfg.data.eval_crop_fraction, pool=cfg.classifier.pool,
                            card=model_card(cfg, trainer.train_config, metrics, encoder, session.run_dir.name))
         session.finish(metrics)
     logger.info("done: loss %s, test_accuracy %.4f, %.1f images/s; encoder exported to %s", metrics["loss"],

@@ -90,7 +90,9 @@ def parse_command_line(cls: type, argv: Optional[typing.Sequence[str]], default_
     parser = argparse.ArgumentParser(description=description, epilog=keys_help(cls),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", type=Path, default=default_preset, help=f"YAML preset (default: {default_preset})")
-    parser.add_argument("--resume", action="store_true", help="continue the run in output_dir (same as resume=auto)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in output_dir, or without one the newest run of this recipe under "
+                             "runs/ (same as resume=auto)")
     parser.add_argument("--print-config", action="store_true",
                         help="print the config the preset and overrides make, as YAML, and exit")
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.steps=100")

@@ -57,6 +57,10 @@ def model_card(config: MPPRunConfig | SupervisedRunConfig, train: TrainConfig, m
                      f"{'[class] token' if config.classifier.pool == 'token' else 'mean patch token'}, label "
                      f"smoothing {config.classifier.label_smoothing:g}; the head is not part of this folder")
     precision = "fp32" if train.mixed_precision == "no" else f"{train.mixed_precision} mixed precision"
+    pool = config.monitor.features if isinstance(config, MPPRunConfig) else config.classifier.pool
+    features = ("the mean of the patch tokens after the final norm, what MPP trains (never the [class] token's "
+                "output)" if pool == "avg" else "the [class] token's output after the final norm")
+    crop = "all" if data.eval_crop_fraction == 1 else f"the centre {data.eval_crop_fraction:g}"
     figures = "\n".join(f"| `{key}` | {value:.6g} |" for key, value in scalar_figures(metrics).items())
     return f"""---
 library_name: timm
@@ -78,7 +82,10 @@ timm `VisionTransformer` (`{config.model.name}` with the sizes below), {paramete
 {image_size}x{image_size} px images in {patch_size}x{patch_size} patches, width {encoder.embed_dim},
 {len(encoder.blocks)} blocks, {encoder.blocks[0].attn.num_heads} heads, {encoder.patch_embed.proj.in_channels} input
 channels. Inputs are images in [0, 1] normalised by mean {list(data.mean)} and standard deviation \
-{list(data.std)} (also in `config.json`).
+{list(data.std)} (also in `config.json`). Images with transparency were put on white before that, as the package
+decodes them (timm's transform does not: composite them on white yourself); evaluation resized the short side and
+kept {crop} of it (`crop_pct` in `config.json`). Without a head, timm gives {features}:
+`global_pool` in `config.json`.
 
 ## Training
 

@@ -30,7 +30,7 @@ from timm.models import load_state_dict, save_for_hf
 from timm.models.vision_transformer import VisionTransformer
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
-from mpp.config.model import ModelConfig
+from mpp.config.model import ModelConfig, Pooling
 from mpp.errors import ConfigError
 from mpp.models.encoder import create_encoder
 from mpp.run.directory import CHECKPOINTS_DIR, EXPORT_DIR, PARTIAL_SUFFIX
@@ -194,13 +194,14 @@ def encoder_from_model_state(state: dict[str, torch.Tensor], cfg: ModelConfig) -
 
 def export_encoder(
     encoder: VisionTransformer, directory: Path, mean: Sequence[float], std: Sequence[float], tag: str,
-    eval_crop_fraction: float = 1.0, card: str = "",
+    eval_crop_fraction: float = 1.0, card: str = "", pool: Pooling = "token",
 ) -> None:
     """Write the encoder in timm's hub format, which timm (``local-dir:``) and transformers (``AutoModel``, through
     its TimmWrapper) both load, with the input it was trained on in its pretrained_cfg: the normalisation, and the
     evaluation view (bilinear resize, centre crop of ``eval_crop_fraction`` of the short side) for image
-    processors; ``card`` (mpp.models.model_card) as its README.md. What is written is a copy on the host: an
-    accelerator's tensors (XLA's) cannot be written as they are."""
+    processors; ``pool`` as the features timm gives without a head (``avg`` for what MPP trains, the patch tokens'
+    mean; ``token``, the [class] token's); ``card`` (mpp.models.model_card) as its README.md. What is written is a
+    copy on the host: an accelerator's tensors (XLA's) cannot be written as they are."""
     partial = directory.with_name(directory.name + PARTIAL_SUFFIX)
     shutil.rmtree(partial, ignore_errors=True)
     save_for_hf(
@@ -213,10 +214,14 @@ def export_encoder(
     )
     config_path = partial / "config.json"
     config = json.loads(config_path.read_text())
-    # timm records num_classes and global_pool both at the top level and in model_args; transformers' TimmWrapper
-    # passes num_classes to timm itself and fails on the repeat, and timm reads either from the top level.
-    config["model_args"] = {key: value for key, value in config.get("model_args", {}).items()
-                            if key not in ("num_classes", "global_pool")}
+    # timm records num_classes at the top level and in model_args; transformers' TimmWrapper passes num_classes to
+    # timm itself and fails on the repeat. The pooling timm builds the model with is model_args' (the top level's
+    # is a record).
+    model_args = {key: value for key, value in config.get("model_args", {}).items() if key != "num_classes"}
+    config["global_pool"] = model_args["global_pool"] = pool
+    if pool == "avg":  # the mean of the normalised patch tokens, as the package reads it: timm's default for "avg"
+        model_args["fc_norm"] = False  # would move the final norm after the pooling
+    config["model_args"] = model_args
     config_path.write_text(json.dumps(config, indent=2))
     if card:
         (partial / "README.md").write_text(card)

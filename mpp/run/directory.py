@@ -43,14 +43,31 @@ def runs_parent(output_dir: str) -> Path:
     return Path(output_dir).parent if output_dir else RUNS_DIR
 
 
-def resolve_output_dir(output_dir: str, prefix: str) -> Path:
-    """``output_dir``, or ``runs/<prefix>-<date>-<time>`` named by the main process for every process."""
+def newest_run(prefix: str) -> Optional[Path]:
+    """The newest run directory of this entry point under ``runs/`` (one its config was written to), if any: their
+    names end in the date and time they started, which sort as they came."""
+    started = [path for path in RUNS_DIR.glob(f"{prefix}-*") if (path / CONFIG_FILE).is_file()]
+    return max(started, key=lambda path: path.name, default=None)
+
+
+def resolve_output_dir(output_dir: str, prefix: str, resume_newest: bool = False) -> Path:
+    """``output_dir``; else, where ``resume_newest``, the newest run of this entry point (``newest_run``); else
+    ``runs/<prefix>-<date>-<time>``. Named by the main process for every process."""
     if output_dir:
         existing = next((path for path in (Path(output_dir), *Path(output_dir).parents) if path.exists()), None)
         if existing is not None and not existing.is_dir():
             raise RunDirectoryError(f"output_dir={output_dir}: {existing} is a file, not a directory; choose "
                                     "another output_dir")
         return Path(output_dir)
+    if resume_newest:
+        newest = [newest_run(prefix) if PartialState().is_main_process else None]
+        broadcast_object_list(newest)
+        if newest[0] is None:
+            raise RunDirectoryError(f"--resume without output_dir continues the newest {prefix} run under "
+                                    f"{RUNS_DIR}/, and there is none ({RUNS_DIR}/{prefix}-*); give "
+                                    "output_dir=<the run's directory>")
+        logger.info("continuing the newest %s run, %s (--resume without output_dir)", prefix, newest[0])
+        return newest[0]
     name = [f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}"]
     broadcast_object_list(name)  # processes may start a second apart: all take the main process's name
     return runs_parent(output_dir) / name[0]

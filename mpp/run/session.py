@@ -128,7 +128,7 @@ class Session:
         self.accelerator = create_accelerator(runtime, config.seed, config.output_dir)
         check_joined(self.accelerator)
         configure_logging()
-        self.run_dir = resolve_output_dir(config.output_dir, prefix)
+        self.run_dir = resolve_output_dir(config.output_dir, prefix, getattr(config, "resume", "") == "auto")
         set_seed(config.seed)
         self.threads = set_cpu_threads(self.accelerator, runtime.cpu_threads)
         self.lock: Optional[RunLock] = None  # the run directory's, held by the main process from start()

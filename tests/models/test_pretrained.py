@@ -11,7 +11,7 @@ from PIL import Image
 from safetensors.torch import save_file
 
 from mpp.errors import ConfigError
-from mpp.models.encoder import create_encoder
+from mpp.models.encoder import ImageEncoder, InputNormalisation, create_encoder
 from mpp.models.pretrained import (
     export_encoder,
     fine_tuning_encoder,
@@ -167,3 +167,16 @@ def test_a_model_sharded_by_fsdp2_exports_what_one_process_exports(tmp_path):
     assert all(torch.allclose(sharded[name], single[name], atol=1e-6) for name in single)
     encoder = timm.create_model(f"local-dir:{tmp_path / 'sharded'}", pretrained=True, num_classes=0)
     assert encoder(torch.rand(1, 3, 16, 16)).shape == (1, 32)
+
+
+def test_an_mpp_export_gives_in_timm_the_features_the_packages_evaluations_read(tiny_model_config, tmp_path):
+    """MPP trains the patch tokens, not the [class] token: its export pools their mean, so timm's features without
+    a head are what the package's linear probe reads from the same encoder; a supervised export keeps the token."""
+    encoder = create_encoder(tiny_model_config).eval()
+    images = torch.rand(3, 3, tiny_model_config.img_size, tiny_model_config.img_size)
+    for tag, pool in (("mpp", "avg"), ("supervised", "token")):
+        export_encoder(encoder, tmp_path / tag, (0.4,) * 3, (0.2,) * 3, tag=tag, pool=pool)
+        loaded = timm.create_model(f"local-dir:{tmp_path / tag}", pretrained=True, num_classes=0).eval()
+        probed = ImageEncoder(encoder, InputNormalisation((0.4,) * 3, (0.2,) * 3, 3), pool).eval()
+        with torch.no_grad():
+            assert torch.allclose(loaded((images - 0.4) / 0.2), probed(images), atol=1e-5), tag

@@ -76,6 +76,8 @@ def test_the_export_carries_a_model_card_of_this_run(run):
     assert "6 steps of 8 images, adamw" in card
     assert f"| `mpp_accuracy` | {metrics['mpp_accuracy']:.6g} |" in card
     assert "MIT licence" in card and "An Image is Worth 16x16 Words" in card
+    assert "Without a head, timm gives the mean of the patch tokens after the final norm" in card.replace("\n", " ")
+    assert json.loads((run / "export" / "config.json").read_text())["model_args"]["global_pool"] == "avg"
 
 
 def test_resuming_from_a_checkpoint_gives_the_uninterrupted_result(run, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -44,8 +45,11 @@ def test_a_killed_run_saves_exits_and_resumes_to_the_uninterrupted_result(tmp_pa
                          stderr).group(1))
     assert 3 <= step < 200 and (stopped / "checkpoints" / f"step_{step:08d}").is_dir()
     assert not (stopped / "metrics.json").exists()  # the run is not over
-
-    launch(f"output_dir={stopped}", *TINY, *STEPS, "--resume")
+    # The stop line, in the log too, ends with the exact command that continues the run: run it.
+    command = re.search(r"saved: continue with --resume.*?: (\S+ \S+ .*--resume output_dir=\S+)$", stderr, re.M)[1]
+    assert f"stopped by SIGTERM after step {step}" in (stopped / "log.txt").read_text()
+    assert command in (stopped / "log.txt").read_text()
+    subprocess.run(shlex.split(command), check=True, capture_output=True, timeout=600)
     checkpoint = stopped / "checkpoints" / f"step_{step:08d}"
     assert f"resumed from {checkpoint} at step {step}" in (stopped / "log.txt").read_text()
     resumed, uninterrupted = (load_file(run / "export" / "model.safetensors") for run in (stopped, straight))
