@@ -119,12 +119,19 @@ class FinetuneConfig:
     # A finished fine-tuning run's directory: train at the learning rate its sweep chose (its metrics.json's
     # chosen_lr), without a sweep of its own; for the other seeds of a rate chosen once.
     lr_from: str = ""
+    # Layer-wise learning-rate decay (BEiT's and MAE's fine-tuning): the head learns at the peak rate, block i of L
+    # (from 0) at the peak x layer_decay^(L - i), the patch embedding, [class] token and position embedding at the
+    # peak x layer_decay^(L + 1). 1: every parameter at the peak rate (the paper's fine-tuning). Exploratory: the
+    # optimizer's groups exist (mpp.training.optimizer), and recipes/finetune.py does not apply them yet.
+    layer_decay: float = 1.0
 
     def __post_init__(self) -> None:
         if self.lr_from and self.sweep_lrs:
             raise ConfigError(f"finetune.lr_from={self.lr_from} takes that run's chosen learning rate, and "
                               f"finetune.sweep_lrs={list(self.sweep_lrs)} would choose another: set one of them "
                               "(finetune.sweep_lrs=[] to drop the sweep)")
+        if not 0 < self.layer_decay <= 1:
+            raise ConfigError(f"finetune.layer_decay={self.layer_decay} must lie in (0, 1] (1: no decay)")
         if not 0 <= self.ema_decay < 1:
             raise ConfigError(f"finetune.ema_decay={self.ema_decay} must lie in [0, 1) (0: no averaging)")
         if not 0 < self.sweep_holdout_fraction < 1:

@@ -1,11 +1,17 @@
-"""The optimizer every recipe makes: which parameters decay, and how steps the fp16 scaler skips are counted."""
+"""The optimizer every recipe makes: which parameters decay, fine-tuning's layer-wise learning rates, and how steps
+the fp16 scaler skips are counted."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from mpp.config.model import MPPConfig
+from mpp.config.building import build_config
+from mpp.config.model import ClassifierConfig, MPPConfig
+from mpp.config.runs import FinetuneRunConfig
 from mpp.config.training import TrainConfig
+from mpp.errors import ConfigError
+from mpp.models.classifier import ImageClassifier
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
 from mpp.training.non_finite import NonFiniteGuard
@@ -23,6 +29,38 @@ def test_weight_decay_skips_biases_norms_tokens_and_position_embeddings(tiny_mod
     kept = {name for name in decay[0.0] if not name.endswith(".bias") and "norm" not in name}
     assert kept == {"encoder.cls_token", "encoder.pos_embed", "mask_embedding"}
     assert "encoder.blocks.0.attn.qkv.weight" in decay[0.1] and "encoder.blocks.0.norm1.weight" in decay[0.0]
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adamw"])
+def test_layer_decay_gives_the_head_the_peak_rate_and_each_layer_below_it_a_factor_less(tiny_model_config, kind):
+    """BEiT's and MAE's rule with a decay of 0.5 on L = 2 blocks: the head x1, block i x0.5^(L - i), the patch
+    embedding, [class] token and position embedding x0.5^(L + 1); weight decay skips the same parameters as without."""
+    model = ImageClassifier(create_encoder(tiny_model_config), 3, ClassifierConfig(head="linear"), (0.5,) * 3,
+                            (0.5,) * 3)
+    train = TrainConfig(optimizer=kind, weight_decay=0.1)
+    optimizer = create_optimizer(model, train, torch.device("cpu"), layer_decay=0.5)
+    name_of = {id(parameter): name for name, parameter in model.named_parameters()}
+    grouped = [(name_of[id(p)], group["lr_scale"], group["weight_decay"]) for group in optimizer.param_groups
+               for p in group["params"]]
+    assert sorted(name for name, _, _ in grouped) == sorted(name_of.values())  # every parameter, once
+    scale = {name: lr_scale for name, lr_scale, _ in grouped}
+    assert tiny_model_config.depth == 2
+    assert scale["head.weight"] == scale["head.bias"] == 1.0
+    assert scale["encoder.blocks.1.attn.qkv.weight"] == scale["encoder.blocks.1.norm1.bias"] == 0.5
+    assert scale["encoder.blocks.0.mlp.fc2.weight"] == scale["encoder.blocks.0.norm2.weight"] == 0.25
+    for name in ("encoder.patch_embed.proj.weight", "encoder.cls_token", "encoder.pos_embed"):
+        assert scale[name] == 0.125, name
+    without = create_optimizer(model, train, torch.device("cpu"))
+    assert all("lr_scale" not in group for group in without.param_groups)  # one rate for all
+    decays = {name_of[id(p)]: group["weight_decay"] for group in without.param_groups for p in group["params"]}
+    assert {name: decay for name, _, decay in grouped} == decays
+
+
+def test_a_layer_decay_outside_zero_to_one_is_refused_naming_the_key():
+    assert build_config(FinetuneRunConfig).finetune.layer_decay == 1.0  # off by default: the paper's fine-tuning
+    for value in ("0.0", "1.5"):
+        with pytest.raises(ConfigError, match=rf"finetune.layer_decay={value} must lie in \(0, 1\]"):
+            build_config(FinetuneRunConfig, overrides=[f"finetune.layer_decay={value}"])
 
 
 def test_steps_the_fp16_scaler_skips_are_counted_and_never_stop_the_run():
