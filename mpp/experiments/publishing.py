@@ -65,17 +65,20 @@ def measured_cell(comparison: Comparison, preferred: str) -> str:
     return f"{cell[:-1]}; {comparison.measure})" if cell.endswith(")") else f"{cell} ({comparison.measure})"
 
 
-def holm_summary(comparisons: list[Comparison]) -> list[str]:
+def holm_summary(comparisons: list[Comparison], kind: str = "") -> list[str]:
     """How many comparisons the tables read, and which of those shown stay shown after a Holm correction across
-    all of them (5% family-wise)."""
+    all of them (5% family-wise); ``kind`` names them where they are one kind of the tables' comparisons ("these
+    tables read 12 exploratory comparisons"), corrected apart from the others."""
     tested = [comparison for comparison in comparisons if comparison.difference.p_value is not None]
     adjusted = holm_adjusted([comparison.difference.p_value for comparison in tested])
     shown = sum(comparison.difference.shown for comparison in tested)
     kept = [f"{comparison.finding} ({comparison.column}: {'the opposite, ' if comparison.difference.mean < 0 else ''}"
             f"Holm p {p:.2g})" for comparison, p in zip(tested, adjusted, strict=True)
             if comparison.difference.shown and p is not None and p < 0.05]
-    said = (f"These tables read {len(tested)} comparisons, {shown} shown each on its own; after a Holm correction "
-            f"across all {len(tested)} (5% family-wise), ")
+    read, across = ((f"{kind} comparisons", f"these {len(tested)} alone") if kind
+                    else ("comparisons", f"all {len(tested)}"))
+    said = (f"These tables read {len(tested)} {read}, {shown} shown each on its own; after a Holm correction across "
+            f"{across} (5% family-wise), ")
     stay = f"{len(kept)} {'stays' if len(kept) == 1 else 'stay'} shown: {'; '.join(kept)}."
     return [said + (stay if kept else "none stays shown."), ""]
 

@@ -12,27 +12,31 @@ recipe in a subprocess, with a command line a researcher can rerun alone, and it
 ``output_dir``.
 
 An experiment that stopped is continued by running the same command again: finished runs (those with a
-``metrics.json``) are kept, interrupted training runs resume from their checkpoints.
+``metrics.json``) are kept, interrupted training runs resume from their checkpoints. A row whose finished sweeps
+chose a learning rate at the edge of its grid is fine-tuned again, over a grid widened on that side, when the
+experiment is run again; its learning rates are chosen on a validation split of at least the pre-registration's
+size (``check_validation_split``).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Sequence
 
 import yaml
 
 from mpp.config.runs import FinetuneRunConfig
 from mpp.config.building import build_config, config_to_dict
-from mpp.errors import RunError
+from mpp.errors import ConfigError, RunError
 from mpp.experiments.class_balance import class_balance
 from mpp.experiments.config import ReproductionConfig, ReproductionRow
 from mpp.experiments.publishing import copy_to_publish_dir, publish_table
 from mpp.experiments.reproduction_plots import plot_results
-from mpp.experiments.reproduction_tables import BASELINES, READOUTS, results_table, rows_at_chance
-from mpp.experiments.runner import EVALUATIONS, Run, recipe_command, run_experiment
-from mpp.run.directory import read_metrics
+from mpp.experiments.reproduction_tables import BASELINES, READOUTS, primary_record, results_table, rows_at_chance
+from mpp.experiments.runner import EVALUATIONS, Run, at_first_seeds_rate, recipe_command, run_experiment
+from mpp.run.directory import CONFIG_FILE, read_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -44,10 +48,85 @@ def finetuning_class_balance(cfg: ReproductionConfig) -> dict[str, Any]:
     return class_balance(FinetuneRunConfig, cfg.finetune_preset, (*cfg.data, *cfg.encoder, *cfg.finetune))
 
 
+def finetuning_config(cfg: ReproductionConfig, row: Optional[ReproductionRow] = None) -> FinetuneRunConfig:
+    """The fine-tuning config every row shares, or ``row``'s (a row without pre-training adds ``scratch_finetune``)."""
+    scratch = cfg.scratch_finetune if row and not row.pretraining else ()
+    return build_config(FinetuneRunConfig, cfg.finetune_preset, (*cfg.data, *cfg.encoder, *cfg.finetune, *scratch))
+
+
 def labelled_images_per_class(cfg: ReproductionConfig) -> int:
     """The labelled training images per class that fine-tuning uses (``data.shots_per_class``; 0: all)."""
-    overrides = (*cfg.data, *cfg.encoder, *cfg.finetune)
-    return build_config(FinetuneRunConfig, cfg.finetune_preset, overrides).data.shots_per_class
+    return finetuning_config(cfg).data.shots_per_class
+
+
+# The pre-registration's validation split, on which a sweep chooses each rate: at least this share of the labelled
+# images, and at least this many.
+VALIDATION_SHARE, VALIDATION_IMAGES = 0.2, 200
+
+
+def check_validation_split(cfg: ReproductionConfig) -> None:
+    """A ConfigError, naming a value that fits, where a row's learning-rate sweep would hold out fewer of the labelled
+    images than the larger of 20% of them and 200. Checked where fine-tuning labels a few images per class, whose
+    number the config gives with the data's classes; on all the labels, the count is the data's alone."""
+    finetuning = {row.name: finetuning_config(cfg, row) for row in cfg.rows}
+    checked = {name: run for name, run in finetuning.items() if run.finetune.sweep_lrs and run.data.shots_per_class}
+    classes = finetuning_class_balance(cfg)["classes"] if checked else 0
+    for name, run in checked.items():
+        shots, fraction = run.data.shots_per_class, run.finetune.sweep_holdout_fraction
+        labelled = shots * classes
+        least = max(math.ceil(VALIDATION_SHARE * labelled), VALIDATION_IMAGES)
+        if round(labelled * fraction) < least:
+            fits = math.ceil(100 * least / labelled) / 100  # from 1 on, no fraction leaves images to train on
+            fix = (f"finetune.sweep_holdout_fraction={fits:g}" if fits < 1 else
+                   f"data.shots_per_class={math.ceil(VALIDATION_IMAGES / VALIDATION_SHARE / classes)} with "
+                   f"finetune.sweep_holdout_fraction={VALIDATION_SHARE:g}")
+            raise ConfigError(f"finetune.sweep_holdout_fraction={fraction:g} holds out {round(labelled * fraction)} of "
+                              f"row {name}'s {labelled:,} labelled images ({shots} per class x {classes} classes) to "
+                              f"choose its learning rate on, fewer than {least} ({100 * VALIDATION_SHARE:g}% of them, "
+                              f"and at least {VALIDATION_IMAGES}): set {fix}")
+
+
+WIDENING = 3.0  # the factor between a widened grid's new rate and its old edge: the grids' own spacing
+
+
+def widened_grid(grid: Sequence[float], chosen: Sequence[float]) -> tuple[float, ...]:
+    """``grid`` with one more rate, a factor of 3 beyond its edge, on each side where one of the ``chosen`` rates is
+    the grid's lowest or highest (a rate chosen there may only be the best of too narrow a grid); sorted. A new rate
+    is rounded to 3 significant figures, as a command line writes it and a run's metrics give it back."""
+    low, high = min(grid), max(grid)
+    beyond = [*([low / WIDENING] if low in chosen else []), *([high * WIDENING] if high in chosen else [])]
+    return tuple(sorted({*grid, *(float(f"{rate:.3g}") for rate in beyond)}))
+
+
+def finetune_run_name(row: ReproductionRow, seed: int, widenings: int) -> str:
+    """A fine-tuning run's folder: each widening of its row's grid is swept by runs of its own."""
+    return f"finetune/{row.name}{f'-widened{widenings}' if widenings else ''}-seed{seed}"
+
+
+def row_grids(cfg: ReproductionConfig, row: ReproductionRow) -> list[tuple[float, ...]]:
+    """The grids ``row``'s fine-tuning sweeps, each widening the last (widened_grid) once every sweep over that one
+    (the first seed's alone with tune_once) has finished, one choosing a rate at its edge: the last is the one to
+    run. One empty grid where the row sweeps nothing."""
+    grids = [finetuning_config(cfg, row).finetune.sweep_lrs]
+    sweeping = cfg.seeds[:1] if cfg.tune_once else cfg.seeds
+    while grids[-1]:
+        swept = [read_metrics(Path(cfg.output_dir) / finetune_run_name(row, seed, len(grids) - 1))
+                 for seed in sweeping]
+        if any(metrics is None for metrics in swept):
+            break
+        wider = widened_grid(grids[-1], [metrics["chosen_lr"] for metrics in swept])
+        if wider == grids[-1]:
+            break
+        grids.append(wider)
+    return grids
+
+
+def finished_widenings(output_dir: Path, row: ReproductionRow, seed: int) -> int:
+    """The widenings of ``row``'s grid that ``seed``'s fine-tuning has finished: the last of them holds its result."""
+    widenings = 0
+    while read_metrics(output_dir / finetune_run_name(row, seed, widenings + 1)) is not None:
+        widenings += 1
+    return widenings
 
 
 def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
@@ -67,6 +146,7 @@ def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
                                                                          *extra), seed, output_dir / name)
 
     pretraining, evaluation, baselines = [], [], []
+    grids = {row.name: row_grids(cfg, row) for row in cfg.rows}
     labelled = labelled_images_per_class(cfg)
     pixels = "eval.features=pixels"
     features = f"eval.feature_cache={output_dir / 'features'}"  # each encoder's features extracted once per readout
@@ -78,13 +158,14 @@ def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
                                        after=None))
             init = (f"init={output_dir / source}",) if source else ()
             finetune = (f"data.subset_seed={seed}", *init, *(() if source else cfg.scratch_finetune))
+            widenings = len(grids[row.name]) - 1
             # tune_once: the first seed's sweep chooses the row's learning rate, the other seeds train at it.
-            tuned = f"finetune/{row.name}-seed{cfg.seeds[0]}"
-            reuse = cfg.tune_once and seed != cfg.seeds[0]
-            finetune += ("finetune.sweep_lrs=[]", f"finetune.lr_from={output_dir / tuned}") if reuse else ()
-            name = f"finetune/{row.name}-seed{seed}"
-            evaluation.append(Run(name, "finetune", command("finetune", name, seed, *finetune), source,
-                                  also_after=(tuned,) if reuse else ()))
+            at_rate, waits = at_first_seeds_rate(cfg, finetune_run_name(row, cfg.seeds[0], widenings), seed)
+            widened = () if at_rate or not widenings else (
+                f"finetune.sweep_lrs=[{','.join(f'{rate:g}' for rate in grids[row.name][-1])}]",)
+            name = finetune_run_name(row, seed, widenings)
+            evaluation.append(Run(name, "finetune", command("finetune", name, seed, *finetune, *at_rate, *widened),
+                                  source, also_after=waits))
             name = f"few_shot/{row.name}-seed{seed}"
             evaluation.append(Run(name, "few_shot", command("few_shot", name, seed, *init), source))
             # Few-shot also through the readout that eval.features=auto does not pick for this row: both in the table.
@@ -159,20 +240,28 @@ def frozen_fits(output_dir: Path, row: ReproductionRow, seeds: list[int]) -> dic
     return fits
 
 
+def run_config(run_dir: Path) -> dict[str, Any]:
+    """A run's resolved config, as it wrote it."""
+    return yaml.safe_load((run_dir / CONFIG_FILE).read_text())
+
+
 def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
-    """Every row's figures over the seeds: fine-tuning test accuracy, few-shot accuracy per number of shots, and
-    the few-shot monitor's curve during pre-training (where it ran); the raw-pixel baselines; the first supervised
-    row's pre-training runs' own test accuracy; the claims."""
+    """Every row's figures over the seeds: fine-tuning test accuracy (of its grid's last widening) with the learning
+    rates chosen and the grid they were chosen from, few-shot accuracy per number of shots, and the few-shot monitor's
+    curve during pre-training (where it ran); the raw-pixel baselines; the first supervised row's pre-training runs'
+    own test accuracy; the claims, and the primary family's held here."""
     output_dir = Path(cfg.output_dir)
     rows = {}
     for row in cfg.rows:
-        finetune = [read_metrics(output_dir / f"finetune/{row.name}-seed{seed}") for seed in cfg.seeds]
+        widenings = finished_widenings(output_dir, row, cfg.seeds[0])
+        finetune_dirs = [output_dir / finetune_run_name(row, seed, widenings) for seed in cfg.seeds]
+        finetune = [read_metrics(directory) for directory in finetune_dirs]
         few_shot = [output_dir / f"few_shot/{row.name}-seed{seed}" for seed in cfg.seeds]
         other_few_shot = [output_dir / f"few_shot/{row.name}-{other_readout(row)}-seed{seed}" for seed in cfg.seeds]
         curves, monitor_shots = {}, None
         for seed in cfg.seeds if row.pretraining else ():
             pretraining = output_dir / f"pretrain/{row.name}-seed{seed}"
-            monitor = yaml.safe_load((pretraining / "config.yaml").read_text())["monitor"]
+            monitor = run_config(pretraining)["monitor"]
             if monitor["few_shot_every"]:
                 monitor_shots = monitor["few_shot_shots"]
                 curves[seed] = few_shot_curve(pretraining, monitor_shots)
@@ -181,6 +270,8 @@ def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
                           "finetune_balanced_accuracy": [run["test_balanced_accuracy"] for run in finetune],
                           "finetune_per_class_accuracy": [run["test_per_class_accuracy"] for run in finetune],
                           "finetune_lr": [run["chosen_lr"] or run["lr"] for run in finetune],
+                          # the first seed's: with tune_once the others train at its rate without a sweep
+                          "finetune_sweep_lrs": run_config(finetune_dirs[0])["finetune"]["sweep_lrs"],
                           "finetune_steps": [run["step"] for run in finetune],
                           "few_shot_accuracy": few_shot_over_seeds(few_shot),
                           "few_shot_balanced_accuracy": few_shot_over_seeds(few_shot, "balanced_mean"),
@@ -204,21 +295,31 @@ def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
     supervised = [row.name for row in cfg.rows if row.pretraining == "supervised"][:1]
     supervised_accuracy = [read_metrics(output_dir / f"pretrain/{name}-seed{seed}")["test_accuracy"]
                            for name in supervised for seed in cfg.seeds]
-    return {"seeds": list(cfg.seeds), "rows": rows, "pixels": baselines,
-            "supervised_test_accuracy": supervised_accuracy or None,
-            "labelled_per_class": labelled, "claims": config_to_dict(cfg)["claims"],
-            **finetuning_class_balance(cfg)}
+    results = {"seeds": list(cfg.seeds), "rows": rows, "pixels": baselines,
+               "supervised_test_accuracy": supervised_accuracy or None,
+               "labelled_per_class": labelled, "claims": config_to_dict(cfg)["claims"],
+               **finetuning_class_balance(cfg)}
+    return results | {"primary": primary_record(results, Path(cfg.output_dir).name)}
 
 
 class BrokenBaseline(RunError):
     """A row of the grid stayed at chance: a baseline that does not train is a bug, not a result."""
 
 
+def with_sweep_grids(cfg: ReproductionConfig, results: dict[str, Any]) -> dict[str, Any]:
+    """``results`` with every row's grid of learning rates: results.json written before the rows recorded theirs
+    (``finetune_sweep_lrs``) chose from the configured grids, none widened then."""
+    configured = {row.name: list(finetuning_config(cfg, row).finetune.sweep_lrs) for row in cfg.rows}
+    return results | {"rows": {name: {"finetune_sweep_lrs": configured[name]} | row
+                               for name, row in results["rows"].items()}}
+
+
 def publish(cfg: ReproductionConfig, results: dict[str, Any], folder: Path) -> dict[str, Any]:
     """results.md (the tables and the wall time) and the plots, in ``folder`` beside its results.json; copied to
     ``publish_dir`` and into ``results_page``'s section, where set. Returns ``results`` with the table and the plots'
     paths."""
-    table = publish_table(cfg, folder, results_table(results), results["runs"], results["wall_seconds"])
+    table = publish_table(cfg, folder, results_table(with_sweep_grids(cfg, results), Path(cfg.output_dir).name),
+                          results["runs"], results["wall_seconds"])
     plots = plot_results(results, folder)
     copy_to_publish_dir(cfg, folder, plots)
     return {**results, "table": table, "plots": [str(path) for path in plots]}
@@ -226,7 +327,10 @@ def publish(cfg: ReproductionConfig, results: dict[str, Any], folder: Path) -> d
 
 def reproduce(cfg: ReproductionConfig, repository: Path) -> dict[str, Any]:
     """The whole experiment: every run not yet finished (the recipes of ``repository``), then the tables and the
-    plots; a row left at chance fails it once they are written."""
+    plots; a row left at chance fails it once they are written. A validation split too small is refused before
+    anything runs."""
+    if not cfg.tables_only:  # which writes the tables of runs made, and runs nothing
+        check_validation_split(cfg)
     results = run_experiment(cfg, lambda: plan_runs(cfg, repository), lambda: collect_results(cfg),
                              lambda results, folder: publish(cfg, results, folder))
     broken = rows_at_chance(results, cfg.chance_margin)

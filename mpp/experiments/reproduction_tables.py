@@ -1,14 +1,24 @@
-"""The reproduction's tables, from its results.json: every row's accuracies and balanced accuracies, both readouts,
-the frozen fits, each claim and what MPP's encoder should beat as paired differences read like with like, a Holm
-correction across them, and the references on the same images."""
+"""The reproduction's tables, from its results.json: every row's accuracies and balanced accuracies (a learning rate
+chosen at its grid's edge marked), both readouts, the frozen fits; the primary family's comparisons this experiment
+holds (``mpp.experiments.primary_family``), Holm-corrected over them alone; each claim and what MPP's encoder should
+beat as exploratory paired differences read like with like, with a Holm correction across those; and the references
+on the same images."""
 
 from __future__ import annotations
 
 import statistics
 from typing import Any, Optional
 
-from mpp.evaluation.statistics import paired_difference
-from mpp.experiments.publishing import Comparison, comparison_table, holm_summary, markdown_table, percent
+from mpp.evaluation.statistics import PairedDifference, holm_adjusted, paired_difference
+from mpp.experiments.primary_family import CLAIMS, FAMILY_LEVEL, PROTOCOLS, PrimaryClaim, Protocol, family_size
+from mpp.experiments.publishing import (
+    Comparison,
+    comparison_table,
+    holm_summary,
+    markdown_table,
+    measured_cell,
+    percent,
+)
 
 
 BASELINES = {"linear_probe": "logistic regression on raw pixels", "knn": "kNN on raw pixels (cosine)"}
@@ -32,21 +42,35 @@ def headline(results: dict[str, Any]) -> str:
 READOUTS = {"token": "[class] token", "avg": "mean patch token"}  # eval.features: what a frozen encoder is read by
 
 
-def learning_rates(rates: list[float]) -> str:
-    """Each chosen learning rate and how many seeds chose it: "0.1 x4, 0.3 x1"."""
-    return ", ".join(f"{rate:g} x{rates.count(rate)}" for rate in sorted(set(rates)))
+GRID_EDGE = "(grid edge)"
+GRID_EDGE_LEGEND = (f"{GRID_EDGE}: the lowest or the highest rate of its row's grid, where a wider grid might choose "
+                    "beyond it; running the experiment again widens that row's grid by a factor of 3 on that side and "
+                    "sweeps it again.")
+
+
+def grid_edges(grid: list[float]) -> set[float]:
+    """The lowest and the highest rate of a row's grid (``finetune_sweep_lrs``; none where it swept none)."""
+    return {min(grid), max(grid)} if grid else set()
+
+
+def learning_rates(rates: list[float], grid: list[float]) -> str:
+    """Each chosen learning rate and how many seeds chose it, a rate at the edge of ``grid`` marked: "0.1 x4, 0.3
+    (grid edge) x1"."""
+    return ", ".join(f"{rate:g}{f' {GRID_EDGE}' if rate in grid_edges(grid) else ''} x{rates.count(rate)}"
+                     for rate in sorted(set(rates)))
 
 
 def accuracy_table(results: dict[str, Any], balanced: bool) -> list[str]:
     """Every row's fine-tuned and few-shot accuracy (``balanced``: balanced accuracy), with the chosen learning rates
-    where recorded, then the raw pixels and always answering the largest class."""
+    where recorded (and a legend where one is at its grid's edge), then the raw pixels and always answering the
+    largest class."""
     rows, shots, suffix = results["rows"], few_shot_shots(results), "_balanced" if balanced else ""
     rates = not balanced and "finetune_lr" in next(iter(rows.values()))
     header = [f"Starting point: {'balanced accuracy' if balanced else 'accuracy'}",
               f"Fine-tuned, {labels_used(results)}",
               *(["learning rate (seeds)"] if rates else []), *(f"{k}-shot" for k in shots)]
     body = [[row["label"], percent(row[f"finetune{suffix}_accuracy"]),
-             *([learning_rates(row["finetune_lr"])] if rates else []),
+             *([learning_rates(row["finetune_lr"], row["finetune_sweep_lrs"])] if rates else []),
              *(percent(row[f"few_shot{suffix}_accuracy"][k]) for k in shots)] for row in rows.values()]
     pixels = results["pixels"][f"few_shot{suffix}_accuracy"]
     body.append(["raw pixels, no encoder", "—", *(["—"] if rates else []), *(percent(pixels[k]) for k in shots)])
@@ -54,7 +78,8 @@ def accuracy_table(results: dict[str, Any], balanced: bool) -> list[str]:
     floor = f"{100 / results['classes'] if balanced else 100 * results['majority_class_accuracy']:.1f}"
     body.append([f"always the largest class (chance: {100 / results['classes']:.1f})", floor,
                  *(["—"] if rates else []), *(floor for _ in shots)])
-    return markdown_table(header, body)
+    edge = rates and any(set(row["finetune_lr"]) & grid_edges(row["finetune_sweep_lrs"]) for row in rows.values())
+    return markdown_table(header, body) + ([GRID_EDGE_LEGEND, ""] if edge else [])
 
 
 def readout_table(results: dict[str, Any]) -> list[str]:
@@ -165,17 +190,82 @@ def compare(results: dict[str, Any], finding: str, better: Readings, worse: Read
     return comparisons
 
 
-def claim_comparisons(results: dict[str, Any]) -> list[Comparison]:
-    """Each claim as the paired difference of its two rows, fine-tuned and few-shot through each readout (the same on
-    both sides)."""
-    rows = results["rows"]
+def protocol_of(experiment: str) -> Optional[Protocol]:
+    """The primary family's protocol that ``experiment`` (its output_dir's last part) runs, if any."""
+    return next((protocol for protocol in PROTOCOLS if protocol.experiment == experiment), None)
 
-    def readings(row: dict[str, Any]) -> Readings:
-        return finetuned_readings(row) | few_shot_readings(results, row)
+
+def primary_claims(results: dict[str, Any], experiment: str) -> list[PrimaryClaim]:
+    """The primary family's claims this experiment holds: where it runs one of the family's protocols, those whose
+    (better, worse) rows are one of its own claims'; none elsewhere."""
+    held = {(claim["better"], claim["worse"]) for claim in results["claims"]}
+    return [claim for claim in CLAIMS if (claim.better, claim.worse) in held] if protocol_of(experiment) else []
+
+
+def primary_comparisons(results: dict[str, Any], experiment: str) -> list[tuple[PrimaryClaim, Comparison,
+                                                                                  Optional[float]]]:
+    """Each primary claim this experiment holds, read by the family's endpoint (fine-tuned; balanced accuracy where
+    recorded), with its p-value Holm-adjusted over those claims alone."""
+    rows = results["rows"]
+    read = [(claim, comparison) for claim in primary_claims(results, experiment)
+            for comparison in compare(results, claim.claim, finetuned_readings(rows[claim.better]),
+                                      finetuned_readings(rows[claim.worse]))]
+    adjusted = holm_adjusted([comparison.difference.p_value for _, comparison in read])
+    return [(claim, comparison, p) for (claim, comparison), p in zip(read, adjusted, strict=True)]
+
+
+def primary_record(results: dict[str, Any], experiment: str) -> Optional[dict[str, Any]]:
+    """What results.json records of the primary family: None where the experiment runs none of its protocols; else
+    the protocol, the family's size and level, and each of its claims held here with its paired difference and its
+    p-value Holm-adjusted over the claims held here."""
+    protocol = protocol_of(experiment)
+    if protocol is None:
+        return None
+    return {"protocol": protocol.name, "family_size": family_size(), "level": FAMILY_LEVEL,
+            "claims": [{"claim": claim.claim, "better": claim.better, "worse": claim.worse,
+                        "measure": comparison.measure, "mean": comparison.difference.mean,
+                        "interval": [comparison.difference.low, comparison.difference.high],
+                        "p_value": comparison.difference.p_value, "holm_p_value": adjusted}
+                       for claim, comparison, adjusted in primary_comparisons(results, experiment)]}
+
+
+def holm_cell(difference: PairedDifference, adjusted: Optional[float]) -> str:
+    """A claim's Holm-adjusted p-value and the pre-registration's verdict on it: shown where that p-value is below the
+    family's level and the mean has the claimed sign, the opposite shown with the other sign, else not shown."""
+    if adjusted is None:
+        return "—"
+    shown = "not shown" if adjusted >= FAMILY_LEVEL else "shown" if difference.mean > 0 else "the opposite shown"
+    return f"{adjusted:.2g}, {shown}"
+
+
+def primary_table(results: dict[str, Any], experiment: str, preferred: str) -> list[str]:
+    """The primary family's claims this experiment holds, each with its difference and Holm-adjusted p-value and the
+    verdict it gives; nothing where it holds none."""
+    primary = primary_comparisons(results, experiment)
+    if not primary:
+        return []
+    protocol = protocol_of(experiment)
+    header = [f"Primary family, pre-registered (results/preregistration.md): {protocol.name}, {len(primary)} of its "
+              f"{family_size()} comparisons", f"Fine-tuned, {preferred}",
+              f"Holm p over these {len(primary)}" if len(primary) > 1 else "Holm p (this one alone)"]
+    body = [[comparison.finding, measured_cell(comparison, preferred), holm_cell(comparison.difference, adjusted)]
+            for _, comparison, adjusted in primary]
+    return markdown_table(header, body, left_columns=3)
+
+
+def claim_comparisons(results: dict[str, Any], experiment: str) -> list[Comparison]:
+    """Each claim as the paired difference of its two rows, fine-tuned and few-shot through each readout (the same on
+    both sides): the exploratory ones, all but the fine-tuned reading of a primary claim."""
+    rows = results["rows"]
+    primary = {(claim.better, claim.worse) for claim in primary_claims(results, experiment)}
+
+    def readings(claim: dict[str, Any], side: str) -> Readings:
+        row = rows[claim[side]]
+        finetuned = {} if (claim["better"], claim["worse"]) in primary else finetuned_readings(row)
+        return finetuned | few_shot_readings(results, row)
 
     return [comparison for claim in results["claims"]
-            for comparison in compare(results, claim["claim"], readings(rows[claim["better"]]),
-                                      readings(rows[claim["worse"]]))]
+            for comparison in compare(results, claim["claim"], readings(claim, "better"), readings(claim, "worse"))]
 
 
 def encoder_comparisons(results: dict[str, Any]) -> list[Comparison]:
@@ -194,15 +284,19 @@ def encoder_comparisons(results: dict[str, Any]) -> list[Comparison]:
             + compare(results, f"{mpp['label']} beats the raw pixels", ours, pixel_readings(results, mpp)))
 
 
-def claims_tables(results: dict[str, Any]) -> list[str]:
-    """The claims, the first MPP encoder against initialisation and the pixels, and the Holm line over both."""
+def claims_tables(results: dict[str, Any], experiment: str) -> list[str]:
+    """The primary family's claims held here; then, exploratory, the claims, the first MPP encoder against
+    initialisation and the pixels, and the Holm line over both."""
     preferred = measures_read(results)[0]
     fallback = f"; where a side lacks it, {PLAIN}, marked" if preferred == BALANCED else ""
-    claims, encoder = claim_comparisons(results), encoder_comparisons(results)
-    lines = comparison_table(f"The paper's claim ({preferred}{fallback})", claims, preferred)
+    primary = "; the primary claims fine-tuned: above" if primary_claims(results, experiment) else ""
+    claims, encoder = claim_comparisons(results, experiment), encoder_comparisons(results)
+    lines = primary_table(results, experiment, preferred)
+    lines += comparison_table(f"The paper's claim, exploratory ({preferred}{fallback}{primary})", claims, preferred)
     if encoder:
-        lines += comparison_table(f"Against what it should beat ({preferred}{fallback})", encoder, preferred)
-    return lines + holm_summary(claims + encoder)
+        lines += comparison_table(f"Against what it should beat, exploratory ({preferred}{fallback})", encoder,
+                                  preferred)
+    return lines + holm_summary(claims + encoder, "exploratory")
 
 
 def reference_table(results: dict[str, Any]) -> list[str]:
@@ -236,13 +330,14 @@ def few_shot_shots(results: dict[str, Any]) -> list[str]:
     return list(next(iter(results["rows"].values()))["few_shot_accuracy"])
 
 
-def results_table(results: dict[str, Any]) -> str:
+def results_table(results: dict[str, Any], experiment: str) -> str:
     """Markdown: every row's accuracies (mean ± standard deviation over the seeds, in %) and, where recorded, its
-    balanced accuracies, chosen learning rates, both readouts and frozen fits; each claim; and the references on the
-    same images: raw pixels, and the ViT trained from scratch with the labels alone."""
+    balanced accuracies, chosen learning rates (each with the grid it was chosen from: ``finetune_sweep_lrs``), both
+    readouts and frozen fits; each claim, the primary family's apart where ``experiment`` runs one of its protocols;
+    and the references on the same images: raw pixels, and the ViT trained from scratch with the labels alone."""
     recorded = next(iter(results["rows"].values()))
     lines = accuracy_table(results, balanced=False)
     lines += accuracy_table(results, balanced=True) if "finetune_balanced_accuracy" in recorded else []
     lines += readout_table(results) if "few_shot_by_readout" in recorded else []
     lines += frozen_table(results) if "frozen_labelled" in recorded else []
-    return "\n".join(lines + claims_tables(results) + reference_table(results)) + "\n"
+    return "\n".join(lines + claims_tables(results, experiment) + reference_table(results)) + "\n"

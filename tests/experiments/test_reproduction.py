@@ -25,10 +25,20 @@ from mpp.config.runs import (
 )
 from mpp.config.building import build_config
 from mpp.errors import ConfigError
+from mpp.evaluation.statistics import PairedDifference
 from mpp.experiments.config import PAPER_CLAIMS, PAPER_ROWS, ReproductionConfig
-from mpp.experiments.reproduction import plan_runs, reproduce
+from mpp.experiments.primary_family import CLAIMS
+from mpp.experiments.reproduction import (
+    check_validation_split,
+    collect_results,
+    finished_widenings,
+    plan_runs,
+    reproduce,
+    widened_grid,
+    with_sweep_grids,
+)
 from mpp.experiments.reproduction_plots import finetune_plot_figures, monitor_plot_figures
-from mpp.experiments.reproduction_tables import results_table, rows_at_chance
+from mpp.experiments.reproduction_tables import holm_cell, primary_record, results_table, rows_at_chance
 from mpp.experiments.runner import Run, RunFailed, claim_experiment, execute
 from tests.launching import ROOT
 
@@ -155,7 +165,7 @@ def test_fine_tuning_on_all_the_labels_fits_each_raw_pixel_baseline_once_per_see
     results = example_results()
     results["labelled_per_class"] = 0
     results["pixels"] |= {"labelled_images": 600, "linear_probe_all": [0.70], "knn_all": [0.60]}
-    table = results_table(results)
+    table = results_table(results, "experiment")
     assert "| Starting point: accuracy | Fine-tuned, all labels | 5-shot |" in table
     assert "| Reference on the same training images | all 600 labels |\n|---|---:|\n" in table
     assert "| logistic regression on raw pixels | 70.0 ± 0.0 |\n" in table
@@ -268,7 +278,7 @@ def example_results() -> dict:
 
 
 def test_the_table_gives_mean_and_deviation_and_judges_each_claim_by_its_95_percent_interval():
-    table = results_table(example_results())
+    table = results_table(example_results(), "experiment")
     assert "| Starting point: accuracy | Fine-tuned, 4 labels per class | 5-shot |" in table
     assert "| from scratch | 45.0 ± 7.1 | 30.0 ± 0.0 |" in table
     assert "balanced" not in table and "learning rate" not in table  # results.json of an experiment without them
@@ -289,11 +299,13 @@ def test_the_table_gives_mean_and_deviation_and_judges_each_claim_by_its_95_perc
 
 def with_balanced_accuracy(results: dict) -> dict:
     """``results`` as an experiment that records balanced accuracy and the chosen learning rates writes them: here
-    every balanced accuracy is 10 points below the accuracy, and the pre-trained rows chose 0.1 and 0.3."""
+    every balanced accuracy is 10 points below the accuracy, and the pre-trained rows chose 0.1 and 0.3 from a grid
+    whose top rate is 0.3."""
     for row in results["rows"].values():
         row["finetune_balanced_accuracy"] = [value - 0.1 for value in row["finetune_accuracy"]]
         row["few_shot_balanced_accuracy"] = {k: [v - 0.1 for v in vs] for k, vs in row["few_shot_accuracy"].items()}
         row["finetune_lr"] = [0.1, 0.3] if row["pretraining"] else [0.3, 0.3]
+        row["finetune_sweep_lrs"] = [0.03, 0.1, 0.3]
         row["finetune_steps"] = [250, 250] if row["pretraining"] else [1030, 1030]
         row["few_shot_by_readout"] = {"token": row["few_shot_accuracy"], "avg": {"5": [0.5, 0.7]}}
         row["frozen_labelled"] = {script: {readout: {"accuracy": [0.9, 0.9], "balanced_accuracy": values}
@@ -305,17 +317,17 @@ def with_balanced_accuracy(results: dict) -> dict:
 
 
 def test_balanced_accuracy_gets_its_own_table_and_is_what_the_claims_read():
-    table = results_table(with_balanced_accuracy(example_results()))
+    table = results_table(with_balanced_accuracy(example_results()), "experiment")
     assert "| Starting point: accuracy | Fine-tuned, 4 labels per class | learning rate (seeds) | 5-shot |" in table
-    assert "| from scratch | 45.0 ± 7.1 | 0.3 x2 | 30.0 ± 0.0 |" in table
-    assert "| MPP colour 50 | 61.0 ± 1.4 | 0.1 x1, 0.3 x1 | 31.0 ± 1.4 |" in table
+    assert "| from scratch | 45.0 ± 7.1 | 0.3 (grid edge) x2 | 30.0 ± 0.0 |" in table
+    assert "| MPP colour 50 | 61.0 ± 1.4 | 0.1 x1, 0.3 (grid edge) x1 | 31.0 ± 1.4 |" in table
     assert "| Starting point: balanced accuracy | Fine-tuned, 4 labels per class | 5-shot |" in table
     assert "| from scratch | 35.0 ± 7.1 | 20.0 ± 0.0 |" in table
     assert "| raw pixels, no encoder | — | 11.0 ± 1.4 |" in table
     # Always the largest class: 37.6% of the images, but balanced accuracy is chance whatever the class's size.
     assert "| always the largest class (chance: 10.0) | 10.0 | 10.0 |" in table
-    assert ("| The paper's claim (balanced accuracy; where a side lacks it, accuracy, marked) | Fine-tuned | 5-shot, "
-            "[class] token | 5-shot, mean patch token |") in table
+    assert ("| The paper's claim, exploratory (balanced accuracy; where a side lacks it, accuracy, marked) | "
+            "Fine-tuned | 5-shot, [class] token | 5-shot, mean patch token |") in table
     lines = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()}
     # Few-shot like with like: MPP's balanced few-shot is recorded for its mean patch token only (the readout auto
     # chose), supervised's for its [class] token, so the [class] token column compares their plain accuracies and
@@ -329,10 +341,12 @@ def test_balanced_accuracy_gets_its_own_table_and_is_what_the_claims_read():
     assert "| -21.0 [-135.4, +93.4], not shown (p 0.26;" in lines["MPP colour 50 beats the raw pixels"]
     # 5 claims x 3 columns, 4 frozen fits against initialisation, fine-tuning, 4 frozen fits and 2 few-shot against
     # the pixels: 26 cells, 9 of them with no spread and so no p-value. Shown alone: 6; after Holm's correction, the
-    # three whose p-values are far below 0.05 / 17.
-    assert ("These tables read 17 comparisons, 6 shown each on its own; after a Holm correction across all 17 (5% "
-            "family-wise), 3 stay shown: the downsized-patch target beats L2 pixel regression (Fine-tuned: the "
-            "opposite, Holm p 0);") in table
+    # three whose p-values are far below 0.05 / 17. An experiment of none of the primary family's protocols: every
+    # comparison is exploratory.
+    assert ("These tables read 17 exploratory comparisons, 6 shown each on its own; after a Holm correction across "
+            "these 17 alone (5% family-wise), 3 stay shown: the downsized-patch target beats L2 pixel regression "
+            "(Fine-tuned: the opposite, Holm p 0);") in table
+    assert "Primary family" not in table
     assert "| Few-shot accuracy by readout | 5-shot, [class] token | 5-shot, mean patch token |" in table
     assert "| from scratch | 30.0 ± 0.0 | 60.0 ± 14.1 |" in table
     assert "fine-tuning recipe (1,030 steps); supervised pre-training" in table
@@ -457,4 +471,208 @@ def test_a_results_page_without_its_results_section_is_refused_before_any_run(tm
     cfg = tiny_config(tmp_path, results_page=str(page))
     with pytest.raises(ConfigError, match="<!-- results: experiment -->"):
         reproduce(cfg, ROOT)
+    assert not (tmp_path / "experiment").exists()
+
+
+PRIMARY_EXPERIMENT = "reproduce-fashion-mnist-cpu"  # one of the primary family's protocols
+
+
+def test_where_the_experiment_runs_a_protocol_of_the_primary_family_its_claims_are_corrected_apart():
+    """The family's four claims fine-tuned, in their own table, Holm-corrected over those four alone; every other
+    comparison exploratory, with its own Holm line."""
+    table = results_table(with_balanced_accuracy(example_results()), PRIMARY_EXPERIMENT)
+    assert ("| Primary family, pre-registered (results/preregistration.md): grey (Fashion-MNIST), 100 labels per "
+            "class, 4 of its 16 comparisons | Fine-tuned, balanced accuracy | Holm p over these 4 |") in table
+    primary, exploratory = table.split("| The paper's claim, exploratory")
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in primary.splitlines()}
+    # p-values 0.033 (supervised), 0.07 (pixels), 0.16 (scratch) and 0.93 (15%): Holm multiplies them by 4, 3, 2, 1
+    # and keeps them in order: 0.13, 0.21, 0.31, 0.93.
+    assert lines["supervised pre-training beats MPP"] == ("| supervised pre-training beats MPP | +19.0 [+6.3, +31.7], "
+                                                          "shown (p 0.033) | 0.13, not shown |")
+    assert lines["MPP beats training from scratch"].endswith("| 0.31, not shown |")
+    assert lines["the 3-bit mean colour beats L2 pixel regression"].endswith("| 0.21, not shown |")
+    assert lines["corrupting 50% beats 15%"].endswith("| 0.93, not shown |")
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in exploratory.splitlines()}
+    # The claims' exploratory table leaves their fine-tuned readings to the family's; the downsized target, no
+    # claim of the family, keeps its own.
+    assert exploratory.startswith(" (balanced accuracy; where a side lacks it, accuracy, marked; the primary claims "
+                                  "fine-tuned: above) | Fine-tuned |")
+    assert lines["MPP pre-training beats training from scratch"].startswith(
+        "| MPP pre-training beats training from scratch | — | +1.0 [-11.7, +13.7], not shown (p 0.5;")
+    assert lines["the downsized-patch target beats L2 pixel regression"].startswith(
+        "| the downsized-patch target beats L2 pixel regression | -10.0 [-10.0, -10.0], the opposite shown (p 0) |")
+    # The 17 comparisons with a p-value of an experiment of no protocol, less the four fine-tuned primary ones.
+    assert ("These tables read 13 exploratory comparisons, 5 shown each on its own; after a Holm correction across "
+            "these 13 alone (5% family-wise), 3 stay shown:") in table
+
+
+def test_results_json_records_the_primary_familys_claims_held_with_their_holm_adjusted_p_values():
+    results = with_balanced_accuracy(example_results())
+    record = primary_record(results, PRIMARY_EXPERIMENT)
+    assert {key: record[key] for key in ("protocol", "family_size", "level")} == {
+        "protocol": "grey (Fashion-MNIST), 100 labels per class", "family_size": 16, "level": 0.05}
+    assert [(claim["better"], claim["worse"]) for claim in record["claims"]] == [(c.better, c.worse) for c in CLAIMS]
+    supervised = record["claims"][1]
+    assert supervised["claim"] == "supervised pre-training beats MPP" and supervised["measure"] == "balanced accuracy"
+    assert supervised["mean"] == pytest.approx(19.0)
+    assert supervised["interval"] == pytest.approx([6.29, 31.71], abs=0.01)
+    assert supervised["p_value"] == pytest.approx(0.0335, abs=1e-4)
+    assert supervised["holm_p_value"] == pytest.approx(4 * supervised["p_value"])
+    assert primary_record(results, "reproduce-shapes-cpu") is None  # no protocol of the family: all exploratory
+    # A protocol's experiment with only some of the family's rows holds only their claims, corrected over those.
+    results["claims"] = results["claims"][:1]
+    (only,) = primary_record(results, PRIMARY_EXPERIMENT)["claims"]
+    assert only["better"] == "mpp-colour-50" and only["holm_p_value"] == only["p_value"]
+
+
+def test_a_claims_holm_verdict_follows_the_preregistration():
+    def difference(mean: float) -> PairedDifference:
+        return PairedDifference(mean, 1.0, 5, mean - 1, mean + 1, 0.001, 2)
+
+    assert holm_cell(difference(+3.0), 0.012) == "0.012, shown"
+    assert holm_cell(difference(-3.0), 0.012) == "0.012, the opposite shown"
+    assert holm_cell(difference(+3.0), 0.05) == "0.05, not shown"
+    assert holm_cell(difference(+3.0), None) == "—"  # no p-value (one seed, or no spread)
+
+
+def test_a_rate_chosen_at_its_grids_edge_is_marked_with_a_legend_and_none_without():
+    results = with_balanced_accuracy(example_results())
+    table = results_table(results, "experiment")
+    assert "\n\n(grid edge): the lowest or the highest rate of its row's grid" in table
+    for row in results["rows"].values():
+        row["finetune_sweep_lrs"] = [0.03, 0.1, 0.3, 0.9]
+    table = results_table(results, "experiment")
+    assert "| from scratch | 45.0 ± 7.1 | 0.3 x2 | 30.0 ± 0.0 |" in table and "grid edge" not in table
+    for row in results["rows"].values():
+        row["finetune_sweep_lrs"] = []  # no sweep: a rate given, no edge
+    assert "grid edge" not in results_table(results, "experiment")
+
+
+def test_a_row_without_a_recorded_grid_reads_its_configured_one(tmp_path):
+    """results.json written before the rows recorded their grids: no grid was widened then."""
+    cfg = tiny_config(tmp_path, finetune=[*TINY["finetune"], "finetune.sweep_lrs=[0.03,0.1,0.3]"],
+                      scratch_finetune=["finetune.sweep_lrs=[0.1,0.3,1.0]"])
+    results = example_results()
+    results["rows"]["supervised"]["finetune_sweep_lrs"] = [0.01, 0.03, 0.1, 0.3]  # recorded: kept
+    rows = with_sweep_grids(cfg, results)["rows"]
+    assert rows["scratch"]["finetune_sweep_lrs"] == [0.1, 0.3, 1.0]
+    assert rows["mpp-colour-50"]["finetune_sweep_lrs"] == [0.03, 0.1, 0.3]
+    assert rows["supervised"]["finetune_sweep_lrs"] == [0.01, 0.03, 0.1, 0.3]
+
+
+def test_a_rate_chosen_at_its_grids_edge_widens_the_grid_by_a_factor_of_3_on_that_side():
+    grid = (0.03, 0.1, 0.3)
+    assert widened_grid(grid, [0.1, 0.1]) == grid
+    assert widened_grid(grid, [0.1, 0.3]) == (0.03, 0.1, 0.3, 0.9)
+    assert widened_grid(grid, [0.03]) == (0.01, 0.03, 0.1, 0.3)  # 0.03 / 3 in floats is 0.009999999999999998
+    assert widened_grid(grid, [0.3, 0.03, 0.1]) == (0.01, 0.03, 0.1, 0.3, 0.9)
+    assert widened_grid((0.3, 0.1, 0.03), [0.3]) == (0.03, 0.1, 0.3, 0.9)  # any order
+
+
+def finish(output_dir: Path, name: str, **metrics) -> None:
+    (output_dir / name).mkdir(parents=True)
+    (output_dir / name / "metrics.json").write_text(json.dumps(metrics))
+
+
+TWO_ROWS = [{"name": "none", "label": "random init"},
+            {"name": "pixels", "label": "MPP pixels", "pretraining": "mpp", "overrides": ["mpp.target=pixels"]}]
+
+
+def test_a_rerun_sweeps_a_row_again_over_a_widened_grid_once_its_sweeps_chose_an_edge(tmp_path):
+    cfg = tiny_config(tmp_path, seeds=[0, 1], rows=TWO_ROWS, claims=[],
+                      finetune=[*TINY["finetune"], "finetune.sweep_lrs=[0.03,0.1,0.3]"])
+    output_dir, none = Path(cfg.output_dir), cfg.rows[0]
+
+    def finetuning() -> dict[str, Run]:
+        return {run.name: run for run in plan_runs(cfg, ROOT) if run.stage == "finetune"}
+
+    finish(output_dir, "finetune/none-seed0", chosen_lr=0.3)
+    assert set(finetuning()) == {f"finetune/{row}-seed{seed}" for row in ("none", "pixels") for seed in (0, 1)}
+    finish(output_dir, "finetune/none-seed1", chosen_lr=0.1)  # every seed's sweep finished, one at the top edge
+    runs = finetuning()
+    assert set(runs) == {"finetune/none-widened1-seed0", "finetune/none-widened1-seed1", "finetune/pixels-seed0",
+                         "finetune/pixels-seed1"}
+    widened = runs["finetune/none-widened1-seed1"].command
+    assert "finetune.sweep_lrs=[0.03,0.1,0.3,0.9]" in widened
+    assert build_config(FinetuneRunConfig, widened[3], widened[4:]).finetune.sweep_lrs == (0.03, 0.1, 0.3, 0.9)
+    assert finished_widenings(output_dir, none, 0) == 0  # the results read the last grid every seed finished
+    for seed, chosen in ((0, 0.9), (1, 0.3)):  # the widened grid's top again: widened once more
+        finish(output_dir, f"finetune/none-widened1-seed{seed}", chosen_lr=chosen)
+    assert finished_widenings(output_dir, none, 0) == 1
+    assert "finetune.sweep_lrs=[0.03,0.1,0.3,0.9,2.7]" in finetuning()["finetune/none-widened2-seed0"].command
+    # tune_once: the first seed's sweep alone decides, and the other seeds train at the widened sweep's rate.
+    once = tiny_config(tmp_path, output_dir=str(tmp_path / "once"), seeds=[0, 5], rows=TWO_ROWS, claims=[],
+                       tune_once=True, finetune=[*TINY["finetune"], "finetune.sweep_lrs=[0.03,0.1,0.3]"])
+    finish(Path(once.output_dir), "finetune/none-seed0", chosen_lr=0.03)
+    runs = {run.name: run for run in plan_runs(once, ROOT)}
+    assert "finetune.sweep_lrs=[0.01,0.03,0.1,0.3]" in runs["finetune/none-widened1-seed0"].command
+    other = runs["finetune/none-widened1-seed5"]
+    assert other.also_after == ("finetune/none-widened1-seed0",)
+    assert f"finetune.lr_from={once.output_dir}/finetune/none-widened1-seed0" in other.command
+
+
+def fake_finished_experiment(cfg: ReproductionConfig) -> None:
+    """Every run of ``cfg``'s plan finished, with the metrics (and, where read, the config) the results read: each
+    row's fine-tuning scores 0.1 more per row down the grid, plus 0.01 x the seed."""
+    output_dir = Path(cfg.output_dir)
+    for run in plan_runs(cfg, ROOT):
+        script = Path(run.command[1]).stem
+        config = build_config(RECIPE_CONFIGS[f"{script}.py"], run.command[3], run.command[4:])
+        row = next((index for index, row in enumerate(cfg.rows) if f"/{row.name}-" in run.name), 0)
+        accuracy = 0.1 * row + 0.01 * config.seed
+        fit = {"test_accuracy": accuracy, "test_balanced_accuracy": accuracy, "k": 3}
+        metrics = {"finetune": {"test_accuracy": accuracy, "test_balanced_accuracy": accuracy,
+                                "test_per_class_accuracy": [accuracy], "chosen_lr": 0.1, "lr": 0.1, "step": 4},
+                   "few_shot": {"few_shot": {"1": {"mean": accuracy, "balanced_mean": accuracy}},
+                                "features": config.eval.features if script == "few_shot" else None},
+                   "linear_probe": {script: fit, "train_images": 40}, "knn": {script: fit, "train_images": 40},
+                   "mpp": {}, "supervised": {"test_accuracy": accuracy}}[script]
+        finish(output_dir, run.name, **metrics)
+        (output_dir / run.name / "config.yaml").write_text(yaml.safe_dump({
+            "finetune": {"sweep_lrs": [0.03, 0.1, 0.3]}, "monitor": {"few_shot_every": 0}}))
+
+
+def test_the_results_read_each_rows_last_widened_grid_and_record_the_primary_family(tmp_path):
+    cfg = tiny_config(tmp_path, output_dir=str(tmp_path / PRIMARY_EXPERIMENT), seeds=[0, 1])
+    fake_finished_experiment(cfg)
+    for seed in (0, 1):  # the scratch row swept a widened grid
+        finish(Path(cfg.output_dir), f"finetune/scratch-widened1-seed{seed}", test_accuracy=0.5,
+               test_balanced_accuracy=0.5, test_per_class_accuracy=[0.5], chosen_lr=0.9, lr=0.9, step=4)
+        (Path(cfg.output_dir) / f"finetune/scratch-widened1-seed{seed}" / "config.yaml").write_text(
+            yaml.safe_dump({"finetune": {"sweep_lrs": [0.03, 0.1, 0.3, 0.9]}}))
+    results = collect_results(cfg)
+    scratch, mpp = results["rows"]["scratch"], results["rows"]["mpp-colour-50"]
+    assert scratch["finetune_accuracy"] == [0.5, 0.5] and scratch["finetune_lr"] == [0.9, 0.9]
+    assert scratch["finetune_sweep_lrs"] == [0.03, 0.1, 0.3, 0.9]
+    assert mpp["finetune_accuracy"] == pytest.approx([0.1, 0.11]) and mpp["finetune_sweep_lrs"] == [0.03, 0.1, 0.3]
+    assert results["primary"] == primary_record(results, PRIMARY_EXPERIMENT)
+    assert [claim["worse"] for claim in results["primary"]["claims"]] == [claim.worse for claim in CLAIMS]
+    assert results["primary"]["claims"][0]["mean"] == pytest.approx(100 * (0.105 - 0.5))
+
+
+def test_a_sweeps_validation_split_below_a_fifth_of_the_labels_or_200_images_is_refused_naming_a_value_that_fits(
+        tmp_path):
+    sweep = [*TINY["finetune"], "finetune.sweep_lrs=[0.03,0.1,0.3]"]
+    hundred = [*sweep, "data.shots_per_class=100"]  # 1,000 labelled images of the shapes' 10 classes
+    check_validation_split(tiny_config(tmp_path, finetune=[*hundred, "finetune.sweep_holdout_fraction=0.2"]))
+    with pytest.raises(ConfigError, match=r"finetune.sweep_holdout_fraction=0.1 holds out 100 of row scratch's 1,000 "
+                                          r"labelled images \(100 per class x 10 classes\) to choose its learning "
+                                          r"rate on, fewer than 200 \(20% of them, and at least 200\): set "
+                                          r"finetune.sweep_holdout_fraction=0.2$"):
+        check_validation_split(tiny_config(tmp_path, finetune=[*hundred, "finetune.sweep_holdout_fraction=0.1"]))
+    with pytest.raises(ConfigError, match=r"fewer than 200 .*: set finetune.sweep_holdout_fraction=0.4$"):
+        check_validation_split(tiny_config(tmp_path, finetune=[*sweep, "data.shots_per_class=50",
+                                                               "finetune.sweep_holdout_fraction=0.3"]))
+    # 40 labelled images cannot hold 200 out: more labels.
+    with pytest.raises(ConfigError, match=r"set data.shots_per_class=100 with finetune.sweep_holdout_fraction=0.2$"):
+        check_validation_split(tiny_config(tmp_path, finetune=sweep))
+    # The from-scratch row's own fine-tuning, checked as its own.
+    with pytest.raises(ConfigError, match="holds out 100 of row scratch's"):
+        check_validation_split(tiny_config(tmp_path, finetune=[*hundred, "finetune.sweep_holdout_fraction=0.2"],
+                                           scratch_finetune=["finetune.sweep_holdout_fraction=0.1"]))
+    check_validation_split(tiny_config(tmp_path))  # no sweep: nothing held out
+    check_validation_split(tiny_config(tmp_path, finetune=[*sweep, "data.shots_per_class=0"]))  # all labels: the data's
+    # Refused before anything runs.
+    with pytest.raises(ConfigError, match="finetune.sweep_holdout_fraction"):
+        reproduce(tiny_config(tmp_path, finetune=sweep), ROOT)
     assert not (tmp_path / "experiment").exists()
