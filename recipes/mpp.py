@@ -66,6 +66,7 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
 
         metrics = trainer.fit(monitors)
         metrics["mpp_accuracy_most_frequent_class"] = baseline
+        metrics["mpp_accuracy_above_floor"] = metrics["mpp_accuracy"] > baseline
         if against_init is not None:
             metrics |= against_init()
             accelerator.log({"few_shot/final_trained": metrics["few_shot_accuracy"],
@@ -79,6 +80,10 @@ def main(cfg: MPPRunConfig) -> dict[str, Any]:
     logger.info("done: loss %s, mpp_accuracy %s (most frequent class: %.4f), %.1f images/s; encoder exported to %s",
                 metrics["loss"], metrics["mpp_accuracy"], baseline, metrics["images_per_second"] or 0,
                 session.run_dir / EXPORT_DIR)
+    if not metrics["mpp_accuracy_above_floor"]:
+        logger.warning("mpp_accuracy %.4f is not above always predicting the most frequent colour (%.4f): MPP has "
+                       "learned nothing it measures yet; train longer (train.steps or train.epochs), or check "
+                       "train.lr and the data", metrics["mpp_accuracy"], baseline)
     return metrics
 
 

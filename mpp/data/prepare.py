@@ -187,9 +187,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--shard-size", type=int, default=1000, help="images per parquet file (default 1000)")
     parser.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)),
                         help="processes (default: all cores)")
-    parser.add_argument("--splits", nargs="+", default=["train", "test"], choices=["train", "test"])
+    parser.add_argument("--splits", nargs="+", default=["train", "test"], help="train, test or both (default both)")
     args = parser.parse_args(argv)
-    settings = Settings(args.source, tuple(args.overrides), args.short_side, args.quality, args.shard_size)
+    # --splits takes every word after it: overrides given after it (key=value) are overrides still.
+    overrides = [*args.overrides, *(word for word in args.splits if "=" in word)]
+    args.splits = [word for word in args.splits if "=" not in word]
+    if not args.splits or set(args.splits) - {"train", "test"}:
+        parser.error(f"--splits takes train, test or both, not {' '.join(args.splits) or 'nothing'}")
+    settings = Settings(args.source, tuple(overrides), args.short_side, args.quality, args.shard_size)
     try:
         record = prepare(settings, args.out_dir, args.splits, args.workers)
     except RunError as error:

@@ -73,6 +73,13 @@ def resolve_output_dir(output_dir: str, prefix: str, resume_newest: bool = False
     return runs_parent(output_dir) / name[0]
 
 
+def only_a_failed_start(contents: list[str]) -> bool:
+    """Whether a run directory holds only what a run that stopped before its first checkpoint leaves (its config,
+    its log, TensorBoard's events): no run to continue or lose, so the same command may start again there, adding to
+    the log."""
+    return all(name in (CONFIG_FILE, LOG_FILE) or name.startswith("events.out.tfevents.") for name in contents)
+
+
 def claim_output_dir(run_dir: Path, resume: bool, overwrite: bool) -> Optional[RunLock]:
     """Make ``run_dir`` this run's own, or raise if another live run holds it, or if it holds an earlier run that we
     were not told to continue. The main process returns the directory's lock, held until ``release()``."""
@@ -94,7 +101,7 @@ def claim_output_dir(run_dir: Path, resume: bool, overwrite: bool) -> Optional[R
     broadcast_object_list(refusal)
     if refusal[0]:
         raise RunDirectoryError(refusal[0])
-    if contents and not (resume or overwrite):
+    if contents and not (resume or overwrite) and not only_a_failed_start(contents):
         if lock is not None:
             lock.release()
         raise RunDirectoryError(

@@ -64,6 +64,8 @@ def resolved_schedule(cfg: TrainConfig, images: Optional[int]) -> tuple[TrainCon
         derived.append(f"peak lr {lr:.3g} = train.lr {cfg.lr:g} x {cfg.global_batch_size:,} / "
                        f"{cfg.lr_reference_batch:,} (train.lr_scaling=linear)")
     resolved = dataclasses.replace(cfg, lr=lr, lr_scaling="none", **lengths)
+    # Never longer than the run (whose last step always logs), so that the config saved says when the run logged.
+    resolved = dataclasses.replace(resolved, log_every=max(1, min(resolved.log_every, resolved.steps)))
     if resolved.warmup_steps and resolved.warmup_steps >= resolved.steps:
         logger.warning("the warm-up (%d steps) is as long as the run (%d steps) or longer, so the learning rate never "
                        "reaches its peak: shorten train.warmup_epochs or train.warmup_steps",

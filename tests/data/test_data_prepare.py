@@ -84,3 +84,17 @@ def test_a_folder_linked_into_itself_is_prepared_once_per_file(tmp_path):
     record = prepare(Settings(f"folder:{photos}", (), short_side=32, quality=90, shard_size=4), tmp_path / "out",
                      ["train"], workers=1)
     assert sum(shard["rows"] for shard in record["splits"]["train"]["shards"].values()) == 10  # 11 files, 1 broken
+
+
+def test_splits_and_overrides_parse_in_any_order(monkeypatch, capsys):
+    import mpp.data.prepare as preparing
+
+    asked = []
+    monkeypatch.setattr(preparing, "prepare", lambda settings, out, splits, workers: asked.append(
+        (settings.overrides, splits)) or {"splits": {}})
+    preparing.main(["folder:/images", "/out", "--splits", "train", "test", "eval_folder=/held-out"])
+    preparing.main(["folder:/images", "/out", "eval_folder=/held-out", "--splits", "test"])
+    assert asked == [(("eval_folder=/held-out",), ["train", "test"]), (("eval_folder=/held-out",), ["test"])]
+    with pytest.raises(SystemExit):
+        preparing.main(["folder:/images", "/out", "--splits", "validation"])
+    assert "--splits takes train, test or both, not validation" in capsys.readouterr().err

@@ -29,6 +29,14 @@ def run(tmp_path_factory) -> Path:
     return run_dir
 
 
+def test_the_run_says_whether_mpp_beat_always_predicting_the_most_frequent_colour(run):
+    metrics = json.loads((run / "metrics.json").read_text())
+    above = metrics["mpp_accuracy"] > metrics["mpp_accuracy_most_frequent_class"]
+    assert metrics["mpp_accuracy_above_floor"] == above
+    last = (run / "log.txt").read_text().strip().splitlines()[-1]
+    assert ("is not above always predicting the most frequent colour" in last) == (not above), last
+
+
 def test_a_run_writes_its_whole_directory(run):
     assert (run / "config.yaml").is_file() and (run / "log.txt").is_file()
     assert list(run.glob("events.out.tfevents.*")), "TensorBoard events belong in the run directory"
@@ -61,7 +69,9 @@ def test_exported_encoder_is_the_trained_one_in_timm(run):
     exported = timm.create_model(f"local-dir:{run / 'export'}", pretrained=True)
     images = torch.rand(3, 3, 16, 16)
     with torch.no_grad():
-        assert torch.equal(exported.eval()(images), encoder.eval()(images))
+        # What MPP trains: the mean of the patch tokens after the final norm, as the package's evaluations read it.
+        tokens = encoder.eval().forward_features(images)
+        assert torch.allclose(exported.eval()(images), tokens[:, encoder.num_prefix_tokens:].mean(1), atol=1e-6)
         assert torch.equal(exported.forward_features(images), encoder.forward_features(images))
     assert list(exported.pretrained_cfg["mean"]) == [0.5, 0.5, 0.5]
 

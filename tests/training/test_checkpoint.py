@@ -44,6 +44,18 @@ def test_a_directory_holding_a_run_is_refused_unless_resuming_or_overwriting(tmp
     assert run.is_dir() and not any(run.iterdir())
 
 
+def test_what_a_run_stopped_before_its_first_checkpoint_left_does_not_block_the_same_command(tmp_path):
+    failed = tmp_path / "failed"
+    failed.mkdir()
+    for name in ("config.yaml", "log.txt", "events.out.tfevents.1.host"):
+        (failed / name).write_text("from the failed start\n")
+    claim_output_dir(failed, resume=False, overwrite=False).release()
+    assert (failed / "log.txt").read_text() == "from the failed start\n"  # kept: the new run adds to it
+    (failed / "notes.txt").write_text("the user's\n")  # anything else: a folder that is not a failed start
+    with pytest.raises(RunDirectoryError, match="already holds a run"):
+        claim_output_dir(failed, resume=False, overwrite=False)
+
+
 def test_checkpoints_keep_the_newest_and_resume_from_the_latest(tmp_path):
     accelerator = Accelerator(cpu=USE_CPU)
     model = accelerator.prepare(torch.nn.Linear(3, 2))

@@ -36,6 +36,8 @@ def test_a_schedule_in_epochs_becomes_steps_of_whole_global_batches():
                           "shuffle): 8 warm-up steps")
     assert resolved_schedule(TrainConfig(steps=None, epochs=100, global_batch_size=64), 1000)[0].steps == 1500
     assert resolved_schedule(TrainConfig(steps=None, epochs=1, global_batch_size=100), 1000)[0].steps == 10
+    assert resolved_schedule(TrainConfig(steps=None, epochs=1, global_batch_size=100, log_every=50), 1000)[0] \
+        .log_every == 10  # never longer than the run
     with pytest.raises(ConfigError, match="train.epochs needs a training set of known size.*give train.steps"):
         resolved_schedule(given, images=None)  # a stream
 
