@@ -121,8 +121,8 @@ class FinetuneConfig:
     lr_from: str = ""
     # Layer-wise learning-rate decay (BEiT's and MAE's fine-tuning): the head learns at the peak rate, block i of L
     # (from 0) at the peak x layer_decay^(L - i), the patch embedding, [class] token and position embedding at the
-    # peak x layer_decay^(L + 1). 1: every parameter at the peak rate (the paper's fine-tuning). Exploratory: the
-    # optimizer's groups exist (mpp.training.optimizer), and recipes/finetune.py does not apply them yet.
+    # peak x layer_decay^(L + 1). 1: every parameter at the peak rate (the paper's fine-tuning). Exploratory: no
+    # published result uses it.
     layer_decay: float = 1.0
 
     def __post_init__(self) -> None:

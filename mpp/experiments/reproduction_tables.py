@@ -245,7 +245,10 @@ def primary_table(results: dict[str, Any], experiment: str, preferred: str) -> l
     if not primary:
         return []
     protocol = protocol_of(experiment)
-    header = [f"Primary family, pre-registered (results/preregistration.md): {protocol.name}, {len(primary)} of its "
+    # Results that record no family ran before the registration: pilot data, read as the family would be.
+    family = ("Primary family, pre-registered" if "primary" in results else
+              "The pre-registered family read on pilot runs made before it (exploratory)")
+    header = [f"{family} (results/preregistration.md): {protocol.name}, {len(primary)} of its "
               f"{family_size()} comparisons", f"Fine-tuned, {preferred}",
               f"Holm p over these {len(primary)}" if len(primary) > 1 else "Holm p (this one alone)"]
     body = [[comparison.finding, measured_cell(comparison, preferred), holm_cell(comparison.difference, adjusted)]

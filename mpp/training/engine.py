@@ -181,7 +181,7 @@ def train(run: TrainingRun, start_step: int = 0, monitors: Sequence[Monitor] = (
         for step in range(start_step, cfg.steps):
             lr = learning_rate(step, cfg.lr, cfg.warmup_steps, cfg.steps, cfg.decay, cfg.min_lr)
             for group in optimizer.param_groups:
-                group["lr"] = lr
+                group["lr"] = lr * group.get("lr_scale", 1.0)  # below 1 in layer-wise decay's groups
             for micro_step in range(plan.accumulation_steps):
                 with clock.waiting_for_data():
                     images, labels, random_keys = next(batches)

@@ -65,7 +65,9 @@ class Trainer:
         self.train_config, self.derivation = resolved_schedule(
             given, None if isinstance(train_set, IterableDataset) else len(train_set))
         check_batch_fits(train_set, self.plan.global_batch_size)
-        self.optimizer = create_optimizer(model, self.train_config, accelerator.device)
+        finetune = getattr(config, "finetune", None)  # fine-tuning's layer-wise decay, where the run has one
+        self.optimizer = create_optimizer(model, self.train_config, accelerator.device,
+                                          finetune.layer_decay if finetune is not None else 1.0)
         self.checkpoint = resume_checkpoint(config.resume if resume is None else resume, self.run_dir)
         if self.checkpoint is not None:
             check_resume_compatible(self.checkpoint, config)

@@ -78,3 +78,36 @@ def test_steps_the_fp16_scaler_skips_are_counted_and_never_stop_the_run():
     assert guard.describe(2).strip() == "(2 steps with a non-finite loss or gradient skipped)"
     guard.reset()
     assert guard.check(step=4, window_steps=0) == 0
+
+
+def test_the_loop_steps_each_group_at_the_scheduled_rate_times_its_scale(tmp_path):
+    """Layer-wise decay's groups keep their ratio to the peak through the schedule (here constant: lr = min_lr)."""
+    from types import SimpleNamespace
+
+    from accelerate import Accelerator
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from mpp.config.runs import MPPRunConfig
+    from mpp.data.training_batches import TrainingBatches
+    from mpp.training.engine import TrainingRun, plan_batches, train
+
+    class Linear(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.first, self.second = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
+
+        def forward(self, images, labels, random_keys):
+            loss = self.second(self.first(images)).pow(2).mean()
+            return SimpleNamespace(loss=loss, accuracy=torch.zeros(()))
+
+    cfg = TrainConfig(steps=2, global_batch_size=4, lr=0.1, min_lr=0.1, warmup_steps=0, log_every=1,
+                      checkpoint_every=10)
+    model = Linear()
+    optimizer = torch.optim.SGD([{"params": model.first.parameters(), "lr_scale": 0.25},
+                                 {"params": model.second.parameters()}], lr=cfg.lr)
+    accelerator = Accelerator(cpu=True)
+    dataset = TensorDataset(torch.randn(8, 4), torch.zeros(8), torch.arange(8))
+    model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(dataset, batch_size=4))
+    train(TrainingRun(accelerator, model, optimizer, TrainingBatches(accelerator, dataset, loader, 0),
+                      plan_batches(cfg, 1), cfg, tmp_path, MPPRunConfig()))
+    assert [group["lr"] for group in optimizer.param_groups] == pytest.approx([0.025, 0.1])
