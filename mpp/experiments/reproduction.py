@@ -36,7 +36,7 @@ from mpp.experiments.publishing import copy_to_publish_dir, publish_table
 from mpp.experiments.reproduction_plots import plot_results
 from mpp.experiments.reproduction_tables import BASELINES, READOUTS, primary_record, results_table, rows_at_chance
 from mpp.experiments.runner import EVALUATIONS, Run, at_first_seeds_rate, recipe_command, run_experiment
-from mpp.run.directory import CONFIG_FILE, read_metrics
+from mpp.run.directory import CONFIG_FILE, logged_scalars, read_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -200,16 +200,7 @@ def other_readout(row: ReproductionRow) -> str:
 
 def few_shot_curve(directory: Path, shots: int) -> list[tuple[int, float]]:
     """(images seen, accuracy) of a pre-training run's few-shot monitor, from its TensorBoard events."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    logging.getLogger("tensorboard").setLevel(logging.WARNING)  # a line per event file read otherwise
-    events = EventAccumulator(str(directory), size_guidance={"scalars": 0})
-    events.Reload()
-    tag = f"few_shot/{shots}shot"
-    if tag not in events.Tags()["scalars"]:
-        return []
-    points = {event.step: event.value for event in events.Scalars(tag)}  # a resumed run logs its last report again
-    return sorted(points.items())
+    return sorted(logged_scalars(directory, f"few_shot/{shots}shot").items())
 
 
 def few_shot_means(directory: Path, measure: str = "mean") -> dict[str, float]:
