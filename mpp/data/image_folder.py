@@ -14,16 +14,17 @@ from mpp.errors import DataError
 
 IMAGE_EXTENSIONS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
 logger = logging.getLogger(__name__)
-LAYOUT = "folder: expects <dir>/<class name>/<image files> (jpg, png, ...)"
+LAYOUT = ("folder: expects <dir>/<class name>/<image files> (jpg, png, ...), or the image files in <dir> itself "
+          "(one class)")
 
 
 def class_folders(root: Path) -> list[str]:
+    """The class sub-folders of ``root``; ``["."]``, one class of every image under it, where it has none (a flat
+    folder of unlabelled images)."""
     if not root.is_dir():
         raise DataError(f"image folder {root} does not exist; {LAYOUT}")
     names = sorted(entry.name for entry in os.scandir(root) if entry.is_dir() and not entry.name.startswith("."))
-    if not names:
-        raise DataError(f"image folder {root} has no class sub-folders; {LAYOUT}")
-    return names
+    return names or ["."]
 
 
 class FolderScan(NamedTuple):
@@ -73,7 +74,8 @@ def report_passed_over(root: Path, scans: list[FolderScan]) -> None:
 
 
 class ImageFolderSource(FileSource):
-    """All images under ``root``; class indices follow ``classes_from``'s sorted class folders (default: root's own).
+    """All images under ``root``; class indices follow ``classes_from``'s sorted class folders (default: root's own;
+    a folder without sub-folders is one class).
 
     A separate validation folder takes its class indices from the training folder, so a class missing from one
     of them cannot shift every label.
@@ -104,6 +106,8 @@ class ImageFolderSource(FileSource):
                 f"image folder {root} holds no image files ({', '.join(sorted(IMAGE_EXTENSIONS))}); {LAYOUT}"
             )
         self.labels = torch.tensor(labels)
+        # A flat folder's one class is named after the folder.
+        self.class_names = tuple(root.resolve().name if name == "." else name for name in self.class_names)
         self.description = f"image folder {root} ({len(self.files)} images, {len(self.class_names)} classes)"
 
     def encoded(self, index: int) -> bytes:

@@ -196,3 +196,12 @@ def test_a_single_class_to_learn_is_refused_and_two_are_not(tmp_path):
     with pytest.raises(DataError, match=r"image folder .*one \(1 images, 1 classes\).* has a single class, and a "
                                         r"classifier needs two or more to tell apart; give data.source a folder"):
         check_classes_to_learn(one)
+
+
+def test_a_flat_folder_of_images_is_one_class_named_after_it(tmp_path):
+    flat = tmp_path / "my-drawings"
+    flat.mkdir()
+    for i in range(3):
+        Image.new("RGB", (6, 5), (i, 0, 0)).save(flat / f"{i}.png")
+    dataset = build_dataset(DataConfig(source=f"folder:{flat}"), "train", 4, channels=3, augment=False)
+    assert len(dataset) == 3 and dataset.class_names == ("my-drawings",) and dataset.labels.tolist() == [0, 0, 0]
