@@ -19,8 +19,10 @@ them), its output in ``<dir>/<stage>.log``:
   loader cores one GPU needs;
 - ``fsdp``: accelerate's FSDP, one process on the GPU: a short run, its checkpoint, ``--resume``, the export;
 - ``profile``: where the step's time goes, supervised and MPP, by ``python -m mpp.benchmark.step_profile``;
-- ``reproduce``: the Fashion-MNIST reproductions at a GPU's scale (``recipes/reproduce.py``: all labels, then 100 per
-  class), read from ``--fashion-mnist``; stopped at its time limit, the stage run again continues them.
+- ``reproduce``: the Fashion-MNIST reproductions at a GPU's scale (``recipes/reproduce.py``: the pre-registered
+  family's all-label comparison first, then 100 labels per class), read from ``--fashion-mnist``, each plan's cost
+  (``python -m mpp.experiments.cost``) recorded before they run; stopped at its time limit, the stage run again
+  continues them.
 
 It writes ``<dir>/gpu_acceptance.json`` and ``<dir>/gpu_acceptance.md``; ``--stages`` runs some of them, adding to
 what ``<dir>`` holds, so that the plan splits over several commands where each may run only so long. Without CUDA it
@@ -61,8 +63,10 @@ RUN_GOAL = 0.90  # a whole run's images/s against its step's, on a GPU with its 
 NO_MONITORS = ["monitor.few_shot_every=0", "monitor.mosaic_every=0", "monitor.final_few_shot_draws=0"]
 
 
+# The pre-registered family's all-label comparison first: the primary protocol, and the cheaper of the two.
 REPRODUCTIONS = ("recipes/configs/reproduce_fashion_mnist_all_labels_gpu.yaml",
                  "recipes/configs/reproduce_fashion_mnist_gpu.yaml")
+PLAN_COSTS = "plan_costs"  # the reproduce stage's key for each reproduction's cost, beside its figures
 TOY_REPRODUCTION = (  # the first reproduction's grid at toy size: every stage of it runs a few steps of a tiny ViT
     "seeds=[0,1]", "parallel_runs=2", "encoder=[model.embed_dim=16,model.num_heads=2,model.depth=1]",
     "pretraining=[train.steps=4,train.global_batch_size=8,train.warmup_steps=1,train.log_every=2,"
@@ -442,16 +446,26 @@ def profile_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
 
 
 def reproduce_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
-    """Each reproduction in turn (``recipes/reproduce.py``) on ``plan.fashion_mnist``: its results.md beside the
-    results, and each row's fine-tuned accuracy and each claim's paired difference with its 95% interval. At the time
-    limit the experiment under way stops (its runs save a checkpoint); the stage run again continues it."""
+    """Each reproduction's plan cost, then each reproduction in turn (``recipes/reproduce.py``) on
+    ``plan.fashion_mnist``: its results.md beside the results, and each row's fine-tuned accuracy and each claim's
+    paired difference with its 95% interval. At the time limit the experiment under way stops (its runs save a
+    checkpoint); the stage run again continues it."""
     deadline = time.monotonic() + plan.limits_s["reproduce"]
-    figures: dict[str, Any] = {}
+    figures: dict[str, Any] = {PLAN_COSTS: {}}
+    for preset in plan.reproductions:
+        name = Path(preset).stem
+        table = work / f"cost-{name}.json"
+        outcome = run(plan, [sys.executable, "-m", "mpp.experiments.cost", "--config", preset,
+                             *reproduction_overrides(plan, work / name), "--json", str(table)],
+                      out / "reproduce.log", max(1.0, deadline - time.monotonic()))
+        if outcome.returncode != 0:
+            return failed(f"{name}'s plan cost: exit {outcome.returncode}; see reproduce.log", **figures)
+        figures[PLAN_COSTS][name] = json.loads(table.read_text())
     for preset in plan.reproductions:
         name = Path(preset).stem
         output_dir = work / name
-        outcome = run(plan, [sys.executable, "recipes/reproduce.py", "--config", preset, f"output_dir={output_dir}",
-                             f"data=['data.source=fashion-mnist:{plan.fashion_mnist}']", *plan.reproduce_args],
+        outcome = run(plan, [sys.executable, "recipes/reproduce.py", "--config", preset,
+                             *reproduction_overrides(plan, output_dir)],
                       out / "reproduce.log", max(1.0, deadline - time.monotonic()))
         if outcome.returncode is None:
             return {"status": "stopped", "why": f"{name} reached the time limit: run the stage again to continue",
@@ -459,8 +473,14 @@ def reproduce_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
         if outcome.returncode != 0:
             return failed(f"{name}: exit {outcome.returncode}; see reproduce.log", **figures)
         (out / f"{name}.md").write_text((output_dir / "results.md").read_text())
-        figures[name] = reproduction_figures(json.loads((output_dir / "results.json").read_text()))
+        figures[name] = reproduction_figures(json.loads((output_dir / "results.json").read_text()), output_dir.name)
     return {"status": "passed", **figures}
+
+
+def reproduction_overrides(plan: Plan, output_dir: Path) -> list[str]:
+    """What every reproduction of the stage is given, after its preset: where it runs, its data, the plan's own."""
+    return [f"output_dir={output_dir}", f"data=['data.source=fashion-mnist:{plan.fashion_mnist}']",
+            *plan.reproduce_args]
 
 
 def runs_finished(output: str) -> dict[str, int]:
@@ -470,15 +490,16 @@ def runs_finished(output: str) -> dict[str, int]:
     return {"runs": runs, "finished": before + len(re.findall(r" INFO mpp\.experiments\.runner: done ", output))}
 
 
-def reproduction_figures(results: dict[str, Any]) -> dict[str, Any]:
+def reproduction_figures(results: dict[str, Any], experiment: str) -> dict[str, Any]:
     """A reproduction's results.json -> each row's fine-tuned figure (mean ± SD over the seeds, in %) and each
-    claim's fine-tuned paired difference with its 95% interval, as its results.md gives them."""
+    claim's fine-tuned paired difference with its 95% interval, as its results.md gives them (``experiment``: its
+    output folder's name, which says whether it runs a protocol of the primary family)."""
     preferred = measures_read(results)[0]
     return {"seeds": len(results["seeds"]), "wall_minutes": round(results["wall_seconds"] / 60, 1),
             "measure": preferred,
             "fine_tuned": {row["label"]: percent(row[headline(results)]) for row in results["rows"].values()},
             "claims": {comparison.finding: measured_cell(comparison, preferred)
-                       for comparison in claim_comparisons(results) if comparison.column == "Fine-tuned"}}
+                       for comparison in claim_comparisons(results, experiment) if comparison.column == "Fine-tuned"}}
 
 
 STAGES: dict[str, Callable[[Plan, Path, Path], dict[str, Any]]] = {
@@ -536,7 +557,11 @@ def summary(name: str, stage: dict[str, Any]) -> str:
                   for size, figures in stage.items() if size.endswith("-step epochs")]
         parts.append(f"{RUN_GOAL:.2f} of the step or more: {'met' if stage['goal_met'] else 'not met'}")
     if name == "reproduce":
+        parts += [f"{experiment}'s plan: {cost['images']:,} training images over {cost['seeds']} seeds, one H100: "
+                  f"{cost['h100_time']}" for experiment, cost in stage.get(PLAN_COSTS, {}).items()]
         for experiment, figures in stage.items():
+            if experiment == PLAN_COSTS:
+                continue
             if isinstance(figures, dict) and "fine_tuned" not in figures:
                 parts.append(f"{experiment}: {figures['finished']} of {figures['runs']} runs finished")
             elif isinstance(figures, dict):

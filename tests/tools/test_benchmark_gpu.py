@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from launching import ROOT
-from tools.gpu import (RESULTS_JSON, RESULTS_MARKDOWN, STAGES, dry_run_plan, fitting_batch, junit_outcomes,
-                       loader_cores_for, main, run)
+from tools.gpu import (PLAN_COSTS, REPRODUCTIONS, RESULTS_JSON, RESULTS_MARKDOWN, STAGES, dry_run_plan,
+                       fitting_batch, gpu_plan, junit_outcomes, loader_cores_for, main, reproduction_figures, run,
+                       summary)
 
 
 @pytest.mark.slow
@@ -69,6 +70,15 @@ def test_the_dry_run_goes_through_every_stage_and_writes_json_and_markdown(tmp_p
     assert first == "0" and total == total_again and 0 < int(finished) < int(total)
     progress = stopped["reproduce_fashion_mnist_all_labels_gpu"]  # what the stopped stage said of it
     assert progress["runs"] == int(total) and 0 < progress["finished"] <= int(finished)
+    # The toy plan's cost, counted by hand: 2 seeds; MPP 4 steps of 8; each seed's fine-tuning sweeps 2 rates, then
+    # trains at the chosen one, MPP's encoder 4 steps of 8, the ViT from scratch 6.
+    cost = results["reproduce"][PLAN_COSTS]["reproduce_fashion_mnist_all_labels_gpu"]
+    assert stopped[PLAN_COSTS] == results["reproduce"][PLAN_COSTS]  # recorded before the runs, stopped or not
+    assert {stage["stage"]: (stage["trainings"], stage["images"]) for stage in cost["stages"]} == {
+        "pre-training (MPP)": (2, 2 * 4 * 8), "fine-tuning": (2 * 3, 2 * 3 * 4 * 8),
+        "from scratch": (2 * 3, 2 * 3 * 6 * 8)}
+    assert cost["images"] == 544 and cost["h100_time"] == "no measured step"
+    assert "| from scratch | 6 | 6 x 8 | 288 | no measured step |" in (out / "reproduce.log").read_text()
     reproduction = results["reproduce"]["reproduce_fashion_mnist_all_labels_gpu"]
     assert reproduction["seeds"] == 2 and reproduction["measure"] == "balanced accuracy"
     assert set(reproduction["fine_tuned"]) == {"from scratch", "MPP, 3-bit mean colour, 50%"}
@@ -77,6 +87,33 @@ def test_the_dry_run_goes_through_every_stage_and_writes_json_and_markdown(tmp_p
     assert claim == "MPP pre-training beats training from scratch" and f"| {claim} | {cell} |" in page
     table = (out / RESULTS_MARKDOWN).read_text()
     assert all(f"| {name} |" in table for name in STAGES)
+    assert "reproduce_fashion_mnist_all_labels_gpu's plan: 544 training images over 2 seeds" in table
+
+
+def test_the_reproduce_stage_runs_the_preregistered_all_label_comparison_first_on_the_gpu_and_in_the_dry_run():
+    assert gpu_plan().reproductions == REPRODUCTIONS and dry_run_plan().reproductions == REPRODUCTIONS[:1]
+    first = (ROOT / REPRODUCTIONS[0]).read_text()
+    assert "data.shots_per_class=0" in first  # every label
+    assert first.startswith("# The pre-registered primary family's all-label comparison (results/preregistration.md)")
+
+
+def test_a_reproductions_figures_give_each_rows_fine_tuned_accuracy_and_each_claims_difference():
+    published = json.loads((ROOT / "results" / "reproduce-fashion-mnist-all-labels-cpu" / "results.json").read_text())
+    figures = reproduction_figures(published, "reproduce_fashion_mnist_all_labels_gpu")  # as the stage names it
+    assert figures["seeds"] == 3 and figures["measure"] == "balanced accuracy"
+    assert figures["fine_tuned"] == {"from scratch": "80.8 ± 1.2", "MPP, 3-bit mean colour, 50%": "81.2 ± 0.7"}
+    (claim, cell), = figures["claims"].items()
+    assert claim == "MPP pre-training beats training from scratch" and cell.startswith("+0.4 [")
+
+
+def test_the_reproduce_stages_summary_gives_each_plans_cost_beside_the_experiments():
+    stage = {"status": "stopped", "why": "time limit",
+             PLAN_COSTS: {"first": {"images": 544, "seeds": 2, "h100_time": "no measured step"},
+                          "second": {"images": 1_234_567, "seeds": 46, "h100_time": "2.5 h"}},
+             "first": {"runs": 30, "finished": 12}}
+    assert summary("reproduce", stage).split("<br>") == [
+        "time limit", "first's plan: 544 training images over 2 seeds, one H100: no measured step",
+        "second's plan: 1,234,567 training images over 46 seeds, one H100: 2.5 h", "first: 12 of 30 runs finished"]
 
 
 def test_test_outcomes_tell_cpu_only_tests_from_other_skips_and_failures(tmp_path):
