@@ -68,7 +68,8 @@ REPRODUCTIONS = ("recipes/configs/reproduce_fashion_mnist_all_labels_gpu.yaml",
                  "recipes/configs/reproduce_fashion_mnist_gpu.yaml")
 PLAN_COSTS = "plan_costs"  # the reproduce stage's key for each reproduction's cost, beside its figures
 TOY_REPRODUCTION = (  # the first reproduction's grid at toy size: every stage of it runs a few steps of a tiny ViT
-    "seeds=[0,1]", "parallel_runs=2", "encoder=[model.embed_dim=16,model.num_heads=2,model.depth=1]",
+    # The rate chosen on the first seed only: the toy checks the pipeline, not the rate each seed would choose.
+    "seeds=[0,1]", "parallel_runs=2", "tune_once=true", "encoder=[model.embed_dim=16,model.num_heads=2,model.depth=1]",
     "pretraining=[train.steps=4,train.global_batch_size=8,train.warmup_steps=1,train.log_every=2,"
     "train.checkpoint_every=4,train.mixed_precision=bf16,monitor.few_shot_every=2]",
     "finetune=[data.shots_per_class=0,'finetune.sweep_lrs=[0.03,0.1]',train.steps=4,train.global_batch_size=8,"
