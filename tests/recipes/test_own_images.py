@@ -79,7 +79,7 @@ def test_the_own_images_page_runs_end_to_end(tmp_path):
     runs = tmp_path / "runs"
     log = (runs / "my-mpp" / "log.txt").read_text()
     # 48 images at a global batch of 16: 3 steps an epoch; the plan line says how it got there
-    assert "train.epochs=2 of 48 images at a global batch of 16: 6 steps" in log
+    assert "train.epochs=2 at 3 steps an epoch (48 images at a global batch of 16): 6 steps" in log
     assert re.search(r"peak lr 9.3\de-06 = train.lr 0.00015 x 16 / 256 \(train.lr_scaling=linear\)", log)
     assert re.search(r"resumed from .*step_00000006 at step 6", log)
     pretraining = json.loads((runs / "my-mpp" / "metrics.json").read_text())
@@ -113,4 +113,5 @@ def test_the_one_gpu_presets_take_a_step_at_their_own_size(tmp_path, recipe):
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["step"] == 1 and metrics["loss"] > 0
     log = (tmp_path / "run" / "log.txt").read_text()
-    assert "vit_base_patch16_224" in log and "train.epochs=0.25 of 8 images at a global batch of 2: 1 steps" in log
+    assert "vit_base_patch16_224" in log
+    assert "train.epochs=0.25 at 4 steps an epoch (8 images at a global batch of 2): 1 steps" in log
