@@ -75,9 +75,10 @@ def test_the_dry_run_goes_through_every_stage_and_writes_json_and_markdown(tmp_p
     cost = results["reproduce"][PLAN_COSTS]["reproduce_fashion_mnist_all_labels_gpu"]
     assert stopped[PLAN_COSTS] == results["reproduce"][PLAN_COSTS]  # recorded before the runs, stopped or not
     assert {stage["stage"]: (stage["trainings"], stage["images"]) for stage in cost["stages"]} == {
-        "pre-training (MPP)": (2, 2 * 4 * 8), "fine-tuning": (2 * 3, 2 * 3 * 4 * 8),
-        "from scratch": (2 * 3, 2 * 3 * 6 * 8)}
-    assert cost["images"] == 544 and cost["h100_time"] == "no measured step"
+        # tune_once: the first seed sweeps two rates and trains at the better, the second trains at it
+        "pre-training (MPP)": (2, 2 * 4 * 8), "fine-tuning": (3 + 1, (3 + 1) * 4 * 8),
+        "from scratch": (3 + 1, (3 + 1) * 6 * 8)}
+    assert cost["images"] == 64 + 128 + 192 and cost["h100_time"] == "no measured step"
     assert "| from scratch | 6 | 6 x 8 | 288 | no measured step |" in (out / "reproduce.log").read_text()
     reproduction = results["reproduce"]["reproduce_fashion_mnist_all_labels_gpu"]
     assert reproduction["seeds"] == 2 and reproduction["measure"] == "balanced accuracy"
