@@ -79,7 +79,7 @@ def test_the_dry_run_goes_through_every_stage_and_writes_json_and_markdown(tmp_p
         "pre-training (MPP)": (2, 2 * 4 * 8), "fine-tuning": (3 + 1, (3 + 1) * 4 * 8),
         "from scratch": (3 + 1, (3 + 1) * 6 * 8)}
     assert cost["images"] == 64 + 128 + 192 and cost["h100_time"] == "no measured step"
-    assert "| from scratch | 6 | 6 x 8 | 288 | no measured step |" in (out / "reproduce.log").read_text()
+    assert "| from scratch | 4 | 6 x 8 | 192 | no measured step |" in (out / "reproduce.log").read_text()
     reproduction = results["reproduce"]["reproduce_fashion_mnist_all_labels_gpu"]
     assert reproduction["seeds"] == 2 and reproduction["measure"] == "balanced accuracy"
     assert set(reproduction["fine_tuned"]) == {"from scratch", "MPP, 3-bit mean colour, 50%"}
