@@ -26,11 +26,10 @@ from mpp.experiments.cost import (
     pretraining_config,
 )
 from mpp.experiments.primary_family import CLAIMS, FAMILY_LEVEL, family_size, paired_sd
+from tests.experiments.test_reproduction import TINY_PRESETS
 from tests.launching import ROOT
 
 CONFIGS = ROOT / "recipes" / "configs"
-TINY_PRESETS = {"mpp_preset": "mpp_tiny_cpu.yaml", "supervised_preset": "supervised_tiny_cpu.yaml",
-                "finetune_preset": "finetune_tiny_cpu.yaml", "eval_preset": "eval_tiny_cpu.yaml"}
 TINY_PLAN = {  # three seeds of three rows: every stage's steps and batch its own, so each count is told apart
     **{key: str(CONFIGS / name) for key, name in TINY_PRESETS.items()},
     "seeds": [0, 1, 2],
