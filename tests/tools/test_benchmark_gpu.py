@@ -113,7 +113,7 @@ def test_the_reproduce_stages_summary_gives_each_plans_cost_beside_the_experimen
                           "second": {"images": 1_234_567, "seeds": 46, "h100_time": "2.5 h"}},
              "first": {"runs": 30, "finished": 12}}
     assert summary("reproduce", stage).split("<br>") == [
-        "time limit", "first's plan: 384 training images over 2 seeds, one H100: no measured step",
+        "time limit", "first's plan: 544 training images over 2 seeds, one H100: no measured step",
         "second's plan: 1,234,567 training images over 46 seeds, one H100: 2.5 h", "first: 12 of 30 runs finished"]
 
 
