@@ -86,6 +86,9 @@ class DataConfig:
     # Where files are decoded: "cpu" (torchvision's or PIL's decoder, in the loader's workers) or "gpu" (nvJPEG,
     # batched, in the main process)
     decode: Literal["cpu", "gpu"] = "cpu"
+    # folder: keep each image larger than the views need decoded and resized to what they need, in
+    # ~/.cache/mpp/decoded (XDG_CACHE_HOME), so that epochs after the first do not decode it again
+    decode_cache: bool = False
     # Normalisation applied to the encoder's input; recorded in the exported encoder's pretrained_cfg.
     mean: tuple[float, ...] = (0.5, 0.5, 0.5)
     std: tuple[float, ...] = (0.5, 0.5, 0.5)
