@@ -64,8 +64,10 @@ class FinetuneRunConfig(TrainingRunConfig):
 
     RESUME_MUST_MATCH: ClassVar[tuple[str, ...]] = ("init", "model", "classifier", "finetune")
     # The starting weights: a run directory or its export/ folder from recipes/mpp.py or recipes/supervised.py,
-    # local-dir:<timm folder>, or a checkpoint file (.safetensors, .pth, .bin). Empty: from scratch, the baseline.
-    # With a folder, the encoder's architecture is the folder's; model.img_size still sets the resolution.
+    # local-dir:<timm folder>, or a checkpoint file (.safetensors, .pth, .bin). Empty: from scratch, the
+    # model.* encoder. random:<run dir>: from scratch, that run's encoder (its architecture with fresh seeded
+    # weights), the like-with-like baseline. With a folder, the encoder's architecture is the folder's;
+    # model.img_size still sets the resolution.
     init: str = ""
     classifier: ClassifierConfig = field(default_factory=finetune_classifier)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
@@ -77,7 +79,9 @@ class EvaluationRunConfig(RunConfig):
     """What every evaluation of a frozen encoder needs (eval/)."""
 
     # The encoder: a run directory or its export/ folder (recipes/mpp.py, supervised.py, finetune.py),
-    # local-dir:<timm folder> or a checkpoint file. Empty: a randomly initialised encoder (seeded), the baseline.
+    # local-dir:<timm folder> or a checkpoint file. Empty: a randomly initialised model.* encoder (seeded).
+    # random:<run dir>: that run's encoder (architecture, normalisation, readout) with fresh seeded weights, the
+    # like-with-like baseline.
     init: str = ""
     eval: EvaluationConfig = field(default_factory=EvaluationConfig)
 

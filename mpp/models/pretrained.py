@@ -6,6 +6,10 @@ checkpoint file, fitted to the model.
 ``timm.create_model("local-dir:<run>/export", pretrained=True)`` rebuilds the encoder offline, and the folder can be
 uploaded to the Hugging Face hub unchanged.
 
+``init=random:<run>`` reads only the architecture (and the normalisation and tag) of a run or export: the encoder
+is built with fresh random weights drawn as any fresh encoder's are, so a baseline differs from the trained encoder in
+its weights alone (with the run's seed, they are that run's own starting weights).
+
 The pre-training head is dropped. Position embeddings are the one shape allowed to differ: fine-tuning at a higher
 resolution with the same patch size gives a larger patch grid, and the pre-trained embeddings are 2-D interpolated to
 it by their location in the image, the [class] token's kept as it is. Any other difference (patch size, width,
@@ -35,6 +39,7 @@ from mpp.errors import ConfigError
 from mpp.models.encoder import create_encoder
 from mpp.run.directory import CHECKPOINTS_DIR, EXPORT_DIR, PARTIAL_SUFFIX
 
+RANDOM_PREFIX = "random:"  # init=random:<run>: the run's architecture with fresh weights, a like-with-like baseline
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # in a timm folder, in the order timm looks
 HEAD_PREFIXES = ("head.", "head_drop.", "fc_norm.", "pre_logits.")  # a classifier's, never the encoder's (ours)
 SIZE_FIELDS = ("patch_size", "embed_dim", "depth", "num_heads")
@@ -43,8 +48,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class PretrainedEncoder:
-    state_dict: dict[str, torch.Tensor]
-    location: str  # for messages: the folder or file read
+    state_dict: Optional[dict[str, torch.Tensor]]  # None for init=random:<run>: the architecture alone
+    location: str  # for messages and logs: the folder or file read (random:<folder> for fresh weights)
     architecture: Optional[str] = None  # a timm folder's architecture and its model_args; None for a bare file
     model_args: dict = dataclasses.field(default_factory=dict)
     mean: Optional[tuple[float, ...]] = None  # the normalisation it was trained with, where recorded
@@ -54,11 +59,16 @@ class PretrainedEncoder:
 
 def read_pretrained(init: str) -> PretrainedEncoder:
     """``init``: a run directory (its export/), an export or timm folder (``local-dir:`` optional), or a checkpoint
-    file (timm's ``load_state_dict``: safetensors or torch, a training checkpoint's ``state_dict`` inside)."""
-    path = Path(init.removeprefix("local-dir:"))
+    file (timm's ``load_state_dict``: safetensors or torch, a training checkpoint's ``state_dict`` inside); or
+    ``random:`` and a run directory or folder, whose architecture is read without its weights."""
+    random = init.startswith(RANDOM_PREFIX)
+    path = Path(init.removeprefix(RANDOM_PREFIX).removeprefix("local-dir:"))
+    folders = f"random:<run directory> or random:<its {EXPORT_DIR}/ folder>"
     if not path.exists():
-        raise ConfigError(f"init={init} does not exist; pass a run directory, its {EXPORT_DIR}/ folder, "
-                          "local-dir:<timm folder> or a checkpoint file")
+        raise ConfigError(f"init={init} does not exist; pass " + (folders if random else (
+            f"a run directory, its {EXPORT_DIR}/ folder, local-dir:<timm folder> or a checkpoint file")))
+    if path.is_file() and random:
+        raise ConfigError(f"init={init}: a weights file does not record its architecture; pass init={folders}")
     if path.is_file():
         state = read_weights(path, init)
         tag = None
@@ -69,13 +79,12 @@ def read_pretrained(init: str) -> PretrainedEncoder:
         return PretrainedEncoder(state, str(path), tag=tag)
     folder = path / EXPORT_DIR if (path / EXPORT_DIR / "config.json").is_file() else path
     weights = [folder / name for name in WEIGHT_FILES if (folder / name).is_file()]
-    if not (folder / "config.json").is_file() or not weights:
+    if not (folder / "config.json").is_file() or not (weights or random):
+        needed = "timm config.json" + ("" if random else f" with {' or '.join(WEIGHT_FILES)}")
+        advice = "resume it" + ("" if random else ", or pass init=<its checkpoint>/model.safetensors")
         unfinished = (path / CHECKPOINTS_DIR).is_dir()
-        raise ConfigError(
-            f"init={init} holds no {EXPORT_DIR}/ folder and no timm config.json with {' or '.join(WEIGHT_FILES)}"
-            + ("; the run has not finished: resume it, or pass init=<its checkpoint>/model.safetensors"
-               if unfinished else "")
-        )
+        raise ConfigError(f"init={init} holds no {EXPORT_DIR}/ folder and no {needed}"
+                          + (f"; the run has not finished: {advice}" if unfinished else ""))
     try:
         config = json.loads((folder / "config.json").read_text())
         architecture = config["architecture"]
@@ -84,8 +93,11 @@ def read_pretrained(init: str) -> PretrainedEncoder:
                           "re-export the encoder, or pass its weights file") from error
     pretrained_cfg = config.get("pretrained_cfg", {})
     mean, std = pretrained_cfg.get("mean"), pretrained_cfg.get("std")
-    return PretrainedEncoder(read_weights(weights[0], init), str(folder), architecture, config.get("model_args", {}),
-                             tuple(mean) if mean else None, tuple(std) if std else None, pretrained_cfg.get("tag"))
+    # A random encoder keeps the run's tag and normalisation too, so it is read and fed exactly as the trained one.
+    return PretrainedEncoder(None if random else read_weights(weights[0], init),
+                             f"{RANDOM_PREFIX}{folder}" if random else str(folder), architecture,
+                             config.get("model_args", {}), tuple(mean) if mean else None, tuple(std) if std else None,
+                             pretrained_cfg.get("tag"))
 
 
 def read_weights(path: Path, init: str) -> dict[str, torch.Tensor]:
@@ -123,9 +135,10 @@ def fine_tuning_model_config(cfg: ModelConfig, pretrained: Optional[PretrainedEn
 
 
 def fine_tuning_encoder(cfg: ModelConfig, pretrained: Optional[PretrainedEncoder]) -> VisionTransformer:
-    """The encoder ``cfg`` describes (``fine_tuning_model_config``), holding the pre-trained weights if any."""
+    """The encoder ``cfg`` describes (``fine_tuning_model_config``), holding the pre-trained weights if any (fresh
+    random ones, drawn from the seeded generator, for none or ``init=random:<run>``)."""
     encoder = create_encoder(cfg)
-    if pretrained is not None:
+    if pretrained is not None and pretrained.state_dict is not None:
         load_encoder_weights(encoder, pretrained)
     return encoder
 

@@ -10,6 +10,7 @@ import torch
 from PIL import Image
 from safetensors.torch import save_file
 
+from mpp.config.model import ModelConfig
 from mpp.errors import ConfigError
 from mpp.models.encoder import ImageEncoder, InputNormalisation, create_encoder
 from mpp.models.pretrained import (
@@ -105,6 +106,44 @@ def test_an_init_that_is_not_there_or_not_finished_says_what_to_pass(tmp_path):
     with pytest.raises(ConfigError, match="has not finished: resume it, or pass init=<its checkpoint>/model"):
         read_pretrained(str(tmp_path / "run"))
 
+
+
+def test_init_random_builds_the_runs_encoder_with_fresh_seeded_weights(tiny_model_config, tmp_path):
+    torch.manual_seed(3)  # the run's seed: its session seeds the generator before it builds the encoder
+    initial = create_encoder(tiny_model_config).state_dict()
+    trained = create_encoder(tiny_model_config)
+    export_encoder(trained, tmp_path / "run" / "export", (0.4,) * 3, (0.2,) * 3, tag="mpp", pool="avg")
+    preset = ModelConfig()  # a preset's ViT-B/16 at 224 px: the architecture built is the run's, not this
+
+    def random_encoder(seed: int) -> dict[str, torch.Tensor]:
+        pretrained = read_pretrained(f"random:{tmp_path / 'run'}")
+        assert pretrained.state_dict is None and pretrained.location == f"random:{tmp_path / 'run' / 'export'}"
+        assert (pretrained.tag, pretrained.mean) == ("mpp", (0.4,) * 3)  # read and normalised as the trained one
+        torch.manual_seed(seed)
+        return fine_tuning_encoder(fine_tuning_model_config(preset, pretrained), pretrained).state_dict()
+
+    baseline = random_encoder(3)
+    assert {name: value.shape for name, value in baseline.items()} == {
+        name: value.shape for name, value in trained.state_dict().items()}
+    assert not any(torch.equal(baseline[name], value) for name, value in trained.state_dict().items()
+                   if value.std() > 0)  # every drawn tensor differs from the trained one
+    assert all(torch.equal(baseline[name], value) for name, value in initial.items())  # the run's own start
+    assert all(torch.equal(random_encoder(3)[name], value) for name, value in baseline.items())
+    assert not torch.equal(random_encoder(4)["blocks.0.attn.qkv.weight"], baseline["blocks.0.attn.qkv.weight"])
+
+
+def test_init_random_refuses_settings_that_contradict_the_run_and_a_bare_weights_file(tiny_model_config, tmp_path):
+    export_encoder(create_encoder(tiny_model_config), tmp_path / "export", (0.5,) * 3, (0.5,) * 3, tag="mpp")
+    pretrained = read_pretrained(f"random:{tmp_path}")
+    with pytest.raises(ConfigError, match=r"^model.depth=3 \(the encoder has 2\): init=random:\S+ fixes the "
+                                          r"architecture; drop these settings"):
+        fine_tuning_model_config(dataclasses.replace(tiny_model_config, depth=3), pretrained)
+    save_file(create_encoder(tiny_model_config).state_dict(), tmp_path / "model.safetensors")
+    with pytest.raises(ConfigError, match="does not record its architecture; pass init=random:<run directory>"):
+        read_pretrained(f"random:{tmp_path / 'model.safetensors'}")
+    (tmp_path / "unfinished" / "checkpoints").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="no timm config.json; the run has not finished: resume it$"):
+        read_pretrained(f"random:{tmp_path / 'unfinished'}")
 
 def test_the_export_loads_in_transformers_with_timms_features_and_the_recorded_input(tiny_model_config, tmp_path):
     from transformers import AutoImageProcessor, AutoModel, AutoModelForImageClassification
