@@ -17,7 +17,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from mpp.config.data import DataConfig, parse_source
 from mpp.data.image_dataset import Split, too_many_failures
-from mpp.data.image_source import FileSource, UndecodableImage, read_file
+from mpp.data.image_source import UNDECODABLE_KINDS, FileSource, UndecodableImage, read_file
 from mpp.data.transforms import ImageView, match_channels
 from mpp.errors import DataError
 from mpp.keyed_random import KeyedDraws, keys_of
@@ -196,8 +196,9 @@ class StreamingImageDataset(IterableDataset):
         self.view, self.channels, self.seed, self.epoch = view, channels, seed, 0
         self.shuffle_buffer, self.max_bad_fraction = shuffle_buffer, max_bad_fraction
         self.description = f"{description}; {view.description}"
-        # Per loader worker: images that failed, images read. Shared memory, so the trainer sees workers' counts.
-        self.counts = torch.zeros(MAX_STREAM_WORKERS, 2, dtype=torch.long).share_memory_()
+        # Per loader worker: images read, then images that failed by kind (UNDECODABLE_KINDS). Shared memory, so the
+        # trainer sees workers' counts.
+        self.counts = torch.zeros(MAX_STREAM_WORKERS, 1 + len(UNDECODABLE_KINDS), dtype=torch.long).share_memory_()
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -211,14 +212,14 @@ class StreamingImageDataset(IterableDataset):
         stream.set_epoch(self.epoch)
         counts = self.counts[worker_id]
         for read, example in enumerate(stream):
-            counts[1] += 1
+            counts[0] += 1
             # A stream has no index: its images are keyed by (seed, epoch, worker, place in the worker's stream).
             keys = keys_of(self.seed, self.epoch, worker_id, torch.tensor([read]))
             try:
                 view = self.view.of_files([stored_bytes(example[self.image_column])], KeyedDraws(keys))
             except UndecodableImage as error:
-                counts[0] += 1
-                failed, read = int(counts[0]), int(counts[1])
+                counts[1 + UNDECODABLE_KINDS.index(error.kind)] += 1
+                failed, read = int(counts[1:].sum()), int(counts[0])
                 if read >= STREAM_MIN_READS and failed > self.max_bad_fraction * read:
                     raise too_many_failures(failed, read, self.max_bad_fraction, self.description,
                                             str(error)) from None
@@ -227,7 +228,11 @@ class StreamingImageDataset(IterableDataset):
             yield match_channels(view, self.channels)[0], label, keys[0]
 
     def skipped_count(self) -> int:
-        return int(self.counts[:, 0].sum())
+        return int(self.counts[:, 1:].sum())
 
     def undecodable_files(self) -> list[str]:
         return []  # a streamed example has no file name to give
+
+    def skipped(self) -> list[tuple[str, str]]:
+        return [("", kind) for kind, count in zip(UNDECODABLE_KINDS, self.counts[:, 1:].sum(0).tolist(), strict=True)
+                for _ in range(count)]

@@ -17,11 +17,14 @@ from torch.utils.data import Dataset
 from torchvision.io import decode_jpeg
 
 from mpp.data.batch_order import EpochPosition
+from mpp.data.decode_cache import DecodeCache
 from mpp.data.image_source import (
     READ_MODES,
+    UNDECODABLE_KINDS,
     BatchSource,
     FileSource,
     ImageSource,
+    ReducedImage,
     UndecodableImage,
     decode,
     jpeg_data,
@@ -59,11 +62,14 @@ def too_many_failures(failed: int, total: int, max_fraction: float, description:
 @runtime_checkable
 class SkipsUndecodableImages(Protocol):
     """A dataset that skips the images it cannot decode (up to ``data.max_bad_fraction``) and reports them: how many
-    this process skipped, and the names of those it can name."""
+    this process skipped, the names of those it can name, and each one's name ("" where it has none) and why (a kind
+    of ``mpp.data.image_source.WHY_UNDECODABLE``)."""
 
     def skipped_count(self) -> int: ...
 
     def undecodable_files(self) -> list[str]: ...
+
+    def skipped(self) -> list[tuple[str, str]]: ...
 
 
 class ImageDataset(Dataset):
@@ -82,14 +88,18 @@ class ImageDataset(Dataset):
         seed: int = 0,
         max_bad_fraction: float = 0.0,
         decode_device: Optional[str] = None,
+        decode_cache: bool = False,
     ):
         self.source, self.view, self.channels, self.decode_device = source, view, channels, decode_device
+        # Files kept decoded at the size this view needs (data.decode_cache), where the source's images are files
+        self.decode_cache = DecodeCache(view.detail_short_side(), source.mode) if decode_cache else None
         self.indices = torch.arange(len(source)) if indices is None else indices
         if len(self.indices) == 0:
             raise DataError(f"{source.description}: the selection holds no images")
         self.seed, self.max_bad_fraction = seed, max_bad_fraction
-        # One flag per source image, in shared memory: loader workers (other processes) set them, the trainer reads.
-        self.undecodable = torch.zeros(len(source) if isinstance(source, FileSource) else 0, dtype=torch.bool)
+        # Per source image, why it was skipped (0: it was not; k: UNDECODABLE_KINDS[k - 1]), in shared memory: loader
+        # workers (other processes) set them, the trainer reads.
+        self.undecodable = torch.zeros(len(source) if isinstance(source, FileSource) else 0, dtype=torch.uint8)
         self.undecodable.share_memory_()
 
     @property
@@ -111,7 +121,7 @@ class ImageDataset(Dataset):
     def subset(self, positions: torch.Tensor, view: Optional[ImageView] = None) -> ImageDataset:
         """The images at ``positions`` of this dataset, through ``view`` (default: this dataset's)."""
         return ImageDataset(self.source, view or self.view, self.channels, self.indices[positions], self.seed,
-                            self.max_bad_fraction, self.decode_device)
+                            self.max_bad_fraction, self.decode_device, self.decode_cache is not None)
 
     def keys_for(self, index: torch.Tensor, epoch: Key = 0) -> torch.Tensor:
         """The (b) keys of the images at these (b) source indices in ``epoch`` (one, or (b)): views are drawn from
@@ -190,22 +200,29 @@ class ImageDataset(Dataset):
         """The draws of the views of ``open``'s results (those of the images opened, where one stood in)."""
         return self.draws_for(torch.tensor([index for _, index, _, _ in opened]), epochs)
 
-    def open(self, position: int) -> tuple[int, int, bytes, Image.Image]:
+    def open(self, position: int) -> tuple[int, int, bytes, Union[Image.Image, ReducedImage]]:
         """(position, source index, file, the file opened) of the image at ``position`` or, where it cannot be read
-        or opened, of the next one that can."""
+        or opened, of the next one that can. With a decode cache, a file larger than the view needs comes decoded
+        (``ReducedImage``, its file unread: b""), from the cache or, the first time, decoded and kept there."""
         for offset in range(len(self)):
             at = (position + offset) % len(self)
             index = int(self.indices[at])
+            path = self.source.path(index) if self.decode_cache is not None else None
             try:
+                kept = self.decode_cache.read(path) if path is not None else None
+                if kept is not None:
+                    return at, index, b"", kept
                 file = self.source.encoded(index)
-                return at, index, file, open_image(file)
+                image = open_image(file)
+                kept = self.decode_cache.keep(path, image) if path is not None else None
+                return at, index, file, image if kept is None else kept
             except UndecodableImage as error:
                 self.record_failure(index, error)
         raise AssertionError("unreachable: record_failure raises once every image has failed")
 
     def record_failure(self, index: int, error: UndecodableImage) -> None:
-        self.undecodable[index] = True
-        failed = int(self.undecodable.sum())
+        self.undecodable[index] = UNDECODABLE_KINDS.index(error.kind) + 1
+        failed = int(self.undecodable.count_nonzero())
         if failed > self.max_bad_fraction * len(self) or failed >= len(self):
             raise too_many_failures(failed, len(self), self.max_bad_fraction, self.source.description,
                                     f"{self.source.name(index)}: {error}") from None
@@ -224,7 +241,15 @@ class ImageDataset(Dataset):
         return failed
 
     def skipped_count(self) -> int:
-        return int(self.undecodable.sum())
+        return int(self.undecodable.count_nonzero())
 
     def undecodable_files(self) -> list[str]:
-        return [self.source.name(int(index)) for index in self.undecodable.nonzero()[:, 0]]
+        return [name for name, _ in self.skipped()]
+
+    def skipped(self) -> list[tuple[str, str]]:
+        return skipped_of(self.source, self.undecodable)
+
+
+def skipped_of(source: ImageSource, codes: torch.Tensor) -> list[tuple[str, str]]:
+    """(name, kind) of each image of ``source`` that ``codes`` (an ``ImageDataset``'s record) says was skipped."""
+    return [(source.name(index), UNDECODABLE_KINDS[int(codes[index]) - 1]) for index in codes.nonzero()[:, 0].tolist()]

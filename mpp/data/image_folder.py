@@ -115,3 +115,6 @@ class ImageFolderSource(FileSource):
 
     def name(self, index: int) -> str:
         return str(self.files[index])
+
+    def path(self, index: int) -> Path:
+        return self.files[index]

@@ -5,6 +5,9 @@ Two kinds, by how images are stored:
   (arrays in memory: Fashion-MNIST, CIFAR; the rendered shapes).
 - ``FileSource``: images are encoded files of any size, decoded one at a time (image folders, Hugging Face datasets);
   a file that cannot be read or decoded raises ``UndecodableImage``, which the dataset counts and skips.
+
+Why a file was skipped is said in one place (``undecodable``, ``skip_summary``), for training, evaluation and
+``mpp.data.prepare`` alike.
 """
 
 from __future__ import annotations
@@ -13,18 +16,73 @@ import io
 import math
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Union
+from collections import defaultdict
+from typing import NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 from torchvision.io import ImageReadMode, decode_jpeg
 
 from mpp.errors import DataError
 
 
+# Why a file cannot be decoded: kind -> (what is wrong with it, the fix). A kind's place in the order is its code
+# in the datasets' shared record of skipped images (0: not skipped).
+WHY_UNDECODABLE = {
+    "unreadable": ("cannot be read", "check that the file is still there and readable"),
+    "not-an-image": ("is not an image PIL can read", "remove it, or convert it to PNG or JPEG"),
+    "too-large": ("exceeds PIL's decompression-bomb limit of {limit:,} pixels (2 x Image.MAX_IMAGE_PIXELS)",
+                  "shrink it first (e.g. ImageMagick's `mogrify -resize 8192x8192 <file>`: the views need far fewer "
+                  "pixels), or raise PIL.Image.MAX_IMAGE_PIXELS where the machine has 4 bytes a pixel to spare"),
+    "truncated": ("is truncated or corrupt", "replace it with a whole copy"),
+}
+UNDECODABLE_KINDS = tuple(WHY_UNDECODABLE)
+
+
+def why_undecodable(kind: str) -> tuple[str, str]:
+    """What is wrong with a file of ``kind`` (one of ``WHY_UNDECODABLE``), and the fix."""
+    what, fix = WHY_UNDECODABLE[kind]
+    return what.format(limit=2 * (Image.MAX_IMAGE_PIXELS or 0)), fix  # PIL refuses above twice the setting
+
+
 class UndecodableImage(Exception):
-    """One image file that cannot be decoded (the dataset skips and counts it)."""
+    """One image file that cannot be decoded (the dataset skips and counts it): ``kind`` says why (one of
+    ``WHY_UNDECODABLE``), ``detail`` in the decoder's words."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        what, fix = why_undecodable(kind)
+        super().__init__(f"{what} ({detail}); {fix}")
+        self.kind, self.detail = kind, detail
+
+
+def undecodable(error: Exception) -> UndecodableImage:
+    """PIL's, torchvision's or the file system's error for a file, as an ``UndecodableImage`` that says why: the one
+    place that tells a decompression bomb from a file PIL cannot identify from a truncated one."""
+    if isinstance(error, Image.DecompressionBombError):
+        return UndecodableImage("too-large", str(error).partition(",")[0])  # PIL's "Image size (N pixels) exceeds.."
+    if isinstance(error, UnidentifiedImageError):
+        return UndecodableImage("not-an-image", "PIL cannot identify its format")
+    if isinstance(error, RuntimeError):  # torchvision's libjpeg: its words, without the C++ file
+        return UndecodableImage("truncated", str(error).rpartition(", ")[2])
+    return UndecodableImage("truncated", str(error))
+
+
+def skip_summary(skipped: Sequence[tuple[str, str]], total: int = 0) -> str:
+    """One line of (name, kind) pairs of skipped images: how many, grouped by why, a few names of each and the fix.
+    ``total`` counts images skipped elsewhere too (other processes), whose names are not in ``skipped``."""
+    names = defaultdict(list)
+    for name, kind in skipped:
+        names[kind].append(name)
+    groups = []
+    for kind, of_kind in names.items():
+        what, fix = why_undecodable(kind)
+        shown = [name for name in of_kind if name][:3]
+        example = f" (e.g. {', '.join(shown)}{', ...' if len(of_kind) > len(shown) else ''})" if shown else ""
+        groups.append(f"{len(of_kind)} {what}{example}: {fix}")
+    count = max(total, len(skipped))
+    elsewhere = f"; {count - len(skipped)} on other processes" if count > len(skipped) else ""
+    return f"{count} image(s) skipped: " + "; ".join(groups) + elsewhere
 
 
 class ImageSource(ABC):
@@ -61,6 +119,10 @@ class FileSource(ImageSource):
     def name(self, index: int) -> str:
         """Where image ``index`` comes from (a path), for reports of files that could not be decoded."""
 
+    def path(self, index: int) -> Optional[Path]:
+        """Image ``index``'s file on this machine, where it is one (what a decode cache is keyed by); else None."""
+        return None
+
 
 class ArraySource(BatchSource):
     """Images held in memory as one uint8 tensor."""
@@ -79,7 +141,7 @@ def read_file(path: Union[str, Path]) -> bytes:
     try:
         return Path(path).read_bytes()
     except OSError as error:  # gone, or unreadable, since the source was listed
-        raise UndecodableImage(str(error)) from error
+        raise UndecodableImage("unreadable", str(error)) from error
 
 
 def open_image(file: Union[str, Path, bytes]) -> Image.Image:
@@ -87,7 +149,7 @@ def open_image(file: Union[str, Path, bytes]) -> Image.Image:
     try:
         return Image.open(io.BytesIO(file) if isinstance(file, bytes) else file)
     except (OSError, ValueError, Image.DecompressionBombError) as error:  # PIL's errors for broken or unknown data
-        raise UndecodableImage(str(error)) from error
+        raise undecodable(error) from error
 
 
 def decode(image: Image.Image, mode: str) -> Image.Image:
@@ -100,7 +162,34 @@ def decode(image: Image.Image, mode: str) -> Image.Image:
             image = Image.alpha_composite(Image.new("RGBA", image.size, "white"), image.convert("RGBA"))
         return image if image.mode == mode else image.convert(mode)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
-        raise UndecodableImage(str(error)) from error
+        raise undecodable(error) from error
+
+
+class ReducedImage(NamedTuple):
+    """An image decoded earlier and kept smaller (``mpp.data.decode_cache``): its (c h w) uint8 pixels, and the size of
+    the file they were decoded from, which its crop boxes are drawn in (as the file's would be)."""
+
+    pixels: torch.Tensor
+    width: int
+    height: int
+
+    def box_in_pixels(self, box: list[float]) -> list[float]:
+        """A box (x0 y0 x1 y1) in the file's pixels, in the kept ones."""
+        _, height, width = self.pixels.shape
+        x, y = width / self.width, height / self.height
+        return [box[0] * x, box[1] * y, box[2] * x, box[3] * y]
+
+
+def resized_to_short_side(image: Image.Image, short_side: int, mode: str) -> Image.Image:
+    """An opened or decoded image with its shorter side brought down to ``short_side`` (never enlarged); a JPEG is
+    decoded at the coarsest scale that still leaves that many pixels."""
+    width, height = image.size
+    scale = min(1.0, short_side / min(width, height))
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    decoded, box = decode_for_crop(image, [0.0, 0.0, float(width), float(height)], min(size), mode)
+    if decoded.size == size:
+        return decoded
+    return decoded.resize(size, Image.Resampling.BICUBIC, box=box)
 
 
 def draft_for_crop(image: Image.Image, box: list[float], size: int, mode: str) -> list[float]:
@@ -123,12 +212,15 @@ def decode_for_crop(image: Image.Image, box: list[float], size: int, mode: str) 
     return decode(image, mode), box
 
 
-def pixels_for_crop(file: bytes, image: Image.Image, box: list[float], size: int, mode: str
+def pixels_for_crop(file: bytes, image: Union[Image.Image, ReducedImage], box: list[float], size: int, mode: str
                     ) -> tuple[torch.Tensor, list[float]]:
     """``decode_for_crop`` as (c h w) uint8 pixels (channels last in memory). A JPEG that decodes at full scale goes
     to torchvision's decoder (libjpeg-turbo, as PIL's, without PIL's image object: 0.68 against 0.92 ms for an
     ImageNet-sized photo, ``python -m mpp.benchmark.loader_speed``); a drafted JPEG, and every other format, to PIL.
-    (torchvision 0.29 marks its decoders deprecated in favour of TorchCodec, which is not a dependency here.)"""
+    (torchvision 0.29 marks its decoders deprecated in favour of TorchCodec, which is not a dependency here.) An
+    image decoded earlier (``ReducedImage``) gives its kept pixels, the box mapped onto them."""
+    if isinstance(image, ReducedImage):
+        return image.pixels, image.box_in_pixels(box)
     drafted = draft_for_crop(image, box, size, mode)
     if image.format == "JPEG" and drafted == box:
         return decoded_jpeg(file, mode), box
@@ -146,7 +238,7 @@ def decoded_jpeg(file: bytes, mode: str) -> torch.Tensor:
     try:
         return decode_jpeg(jpeg_data(file), mode=READ_MODES[mode])
     except RuntimeError as error:
-        raise UndecodableImage(str(error).rpartition(", ")[2]) from error  # libjpeg's words, without the C++ file
+        raise undecodable(error) from error
 
 
 def jpeg_data(file: bytes) -> torch.Tensor:

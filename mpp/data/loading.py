@@ -17,8 +17,9 @@ from torch.utils.data import DataLoader, Dataset
 from mpp.config.data import DataConfig
 from mpp.data.batch_order import EndlessEpochBatches
 from mpp.data.hugging_face import StreamingImageDataset, build_stream
-from mpp.data.image_dataset import ImageDataset, Split, keep_batch
-from mpp.data.image_source import FileSource
+from mpp.data.image_dataset import ImageDataset, SkipsUndecodableImages, Split, keep_batch
+from mpp.data.image_folder import ImageFolderSource
+from mpp.data.image_source import FileSource, skip_summary
 from mpp.data.sources import open_source
 from mpp.data.subsets import holdout_split, shots_per_class
 from mpp.data.transforms import image_view
@@ -53,6 +54,11 @@ def build_dataset(
             raise DataError("data.decode=gpu reads files map-style; set data.streaming=false, or data.decode=cpu")
         return build_stream(cfg, split, view, channels, seed, process_index, num_processes)
     source = open_source(cfg, "test" if split == "test" else "train", image_size)
+    if cfg.decode_cache and not isinstance(source, ImageFolderSource):
+        raise DataError(f"data.decode_cache keeps the decoded images of a folder: source, and {cfg.source} is not one "
+                        "(clip art is cached already; other files can be prepared once: python -m mpp.data.prepare)")
+    if cfg.decode_cache and cfg.decode == "gpu":
+        raise DataError("data.decode_cache keeps images decoded on the CPU; drop it with data.decode=gpu")
     if cfg.decode == "gpu" and not isinstance(source, FileSource):
         raise DataError(f"data.decode=gpu decodes image files (folder:, hf:); {cfg.source} is held in memory "
                         "already: use data.decode=cpu")
@@ -69,7 +75,7 @@ def build_dataset(
                 indices = kept[shots_per_class(source.labels[kept], cfg.shots_per_class, cfg.subset_seed,
                                                 class_names=source.class_names)]
     return ImageDataset(source, view, channels, indices, seed, cfg.max_bad_fraction,
-                        "cuda" if cfg.decode == "gpu" else None)
+                        "cuda" if cfg.decode == "gpu" else None, cfg.decode_cache)
 
 
 def warn_if_tested_on_training_images(train_set: Dataset, test_set: Dataset) -> None:
@@ -109,6 +115,16 @@ def sample_images(dataset: Dataset, count: int, seed: int, batch_size: int = 256
         yield dataset.__getitems__(positions[start:start + batch_size])[0]
 
 
+def report_skipped(accelerator: Accelerator, dataset: Dataset, what: str) -> int:
+    """The images of ``dataset`` skipped as undecodable, over all processes, and one warning line saying why (with a
+    few of this process's names, and the fix). Every process calls it (a reduction)."""
+    skipped = dataset.skipped() if isinstance(dataset, SkipsUndecodableImages) else []  # in memory: nothing to skip
+    total = int(accelerator.reduce(torch.tensor(len(skipped), device=accelerator.device), "sum"))
+    if total:
+        logger.warning("%s: %s", what, skip_summary(skipped, total))
+    return total
+
+
 def default_num_workers(device_type: str, local_processes: int) -> int:
     """On a CPU the training step wants every core, and in-memory sources load in the main process faster than
     workers could hand batches over; elsewhere, all cores of this process's share but one."""
@@ -134,8 +150,8 @@ def check_classes_to_learn(dataset: Dataset) -> None:
 
 
 def check_batch_fits(dataset: Dataset, batch_size: int) -> None:
-    """Raises a DataError where a map-style training set holds less than one batch, saying first what is wrong with
-    its files where none can be decoded."""
+    """Raises a DataError where a map-style training set holds less than one global batch (an epoch of it would hold
+    no step), saying first what is wrong with its files where none can be decoded."""
     if isinstance(dataset, StreamingImageDataset) or len(dataset) >= batch_size:
         return
     failed = dataset.undecodable_now() if isinstance(dataset, ImageDataset) else []
@@ -143,9 +159,10 @@ def check_batch_fits(dataset: Dataset, batch_size: int) -> None:
         raise DataError(f"none of the {len(dataset)} images of {dataset.source.description} can be decoded "
                         f"(e.g. {'; '.join(failed[:3])}); check that data.source points at image files")
     raise DataError(
-        f"the training set has {len(dataset)} images"
+        f"the training set has {len(dataset):,} images"
         + (f" ({len(failed)} of them cannot be decoded, e.g. {failed[0]})" if failed else "")
-        + f", fewer than one batch of {batch_size}; lower train.micro_batch_size or train.global_batch_size"
+        + f", fewer than one global batch of {batch_size:,}, so no step can be made of them; set "
+        f"train.global_batch_size to {len(dataset):,} or less (a multiple of train.micro_batch_size x processes)"
     )
 
 

@@ -22,8 +22,9 @@ import numpy as np
 import torch
 from PIL import Image
 
+from mpp.data.decode_cache import cache_root
 from mpp.data.image_folder import image_files
-from mpp.data.image_source import ArraySource, UndecodableImage, decode, open_image, read_file
+from mpp.data.image_source import ArraySource, UndecodableImage, decode, open_image, read_file, skip_summary
 from mpp.errors import DataError
 from mpp.run.directory import read_cache, write_whole
 
@@ -86,22 +87,19 @@ def square_on_white(image: Image.Image, size: int) -> Image.Image:
     return canvas
 
 
-def read_drawings(files: list[Path], size: int) -> tuple[torch.Tensor, list[int], list[str]]:
-    """(n 3 size size) uint8 of the files that decode, their positions in ``files``, and what failed, why."""
+def read_drawings(files: list[Path], size: int) -> tuple[torch.Tensor, list[int], list[tuple[str, str]]]:
+    """(n 3 size size) uint8 of the files that decode, their positions in ``files``, and what failed, why (its
+    kind of ``mpp.data.image_source.WHY_UNDECODABLE``)."""
     pixels, kept, failed = [], [], []
     for position, path in enumerate(files):
         try:
             image = decode(open_image(read_file(path)), "RGB")
         except UndecodableImage as error:
-            failed.append(f"{path}: {error}")
+            failed.append((str(path), error.kind))
             continue
         pixels.append(torch.from_numpy(np.asarray(square_on_white(image, size)).copy()).permute(2, 0, 1))
         kept.append(position)
     return torch.stack(pixels), kept, failed
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mpp"
 
 
 def read_decoded(cache: Path) -> tuple[torch.Tensor, torch.Tensor]:
@@ -126,8 +124,7 @@ def decoded_drawings(files: list[Path], name: str, image_size: int) -> tuple[tor
     logger.info("openclipart: decoding the %d %s images at %d px once, into %s", len(files), name, image_size, cache)
     pixels, kept_positions, failed = read_drawings(files, image_size)
     if failed:
-        logger.warning("openclipart: %d of %d files could not be decoded and are left out: %s", len(failed),
-                       len(files), "; ".join(failed))
+        logger.warning("openclipart: %d of %d files left out, %s", len(failed), len(files), skip_summary(failed))
     cache.parent.mkdir(parents=True, exist_ok=True)
     # Runs started together (a reproduction's first two) decode the same split at once, each writing it whole
     write_whole(cache, lambda partial: torch.save({"pixels": pixels, "kept": kept_positions}, partial), shared=True)

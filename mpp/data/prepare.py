@@ -15,7 +15,7 @@ once into its Arrow cache, ``data.hf_cache_dir``). Shards are written as ``<spli
 Each shard is written to a ``.partial`` file and renamed when complete, and ``prepared.json`` records the shards
 done: an interrupted run continues where it stopped when started again with the same arguments. A finished output
 is never overwritten. At the end every split's row count is checked against the source's, less the files that
-could not be decoded (skipped and listed, as in training).
+could not be decoded (skipped, and listed with why, as in training).
 """
 
 from __future__ import annotations
@@ -34,7 +34,14 @@ from PIL import Image
 
 from mpp.config.data import DataConfig
 from mpp.config.building import build_config
-from mpp.data.image_source import FileSource, ImageSource, UndecodableImage, decode_for_crop, open_image
+from mpp.data.image_source import (
+    FileSource,
+    ImageSource,
+    UndecodableImage,
+    open_image,
+    resized_to_short_side,
+    skip_summary,
+)
 from mpp.data.sources import open_source
 from mpp.errors import DataError, RunError
 from mpp.run.directory import write_whole
@@ -53,18 +60,6 @@ class Settings:
 
 def shard_path(out_dir: Path, split: str, shard: int, shards: int) -> Path:
     return out_dir / "data" / f"{split}-{shard:05d}-of-{shards:05d}.parquet"
-
-
-def resized_to_short_side(image: Image.Image, short_side: int, mode: str) -> Image.Image:
-    """An opened or decoded image with its shorter side brought down to ``short_side`` (never enlarged); a JPEG is
-    decoded at the coarsest scale that still leaves that many pixels."""
-    width, height = image.size
-    scale = min(1.0, short_side / min(width, height))
-    size = (max(1, round(width * scale)), max(1, round(height * scale)))
-    decoded, box = decode_for_crop(image, [0.0, 0.0, float(width), float(height)], min(size), mode)
-    if decoded.size == size:
-        return decoded
-    return decoded.resize(size, Image.Resampling.BICUBIC, box=box)
 
 
 def encoded(image: Image.Image, quality: int) -> bytes:
@@ -86,8 +81,9 @@ def source_image(source: ImageSource, index: int) -> Image.Image:
 OPENED: dict[str, ImageSource] = {}  # in each worker process: the splits it has opened (a folder is listed once)
 
 
-def write_shard(job: tuple[DataConfig, str, int, int, Settings, Path]) -> tuple[str, int, int, list[str]]:
-    """One shard, written under a .partial name and renamed when complete: (split, shard, rows, skipped files)."""
+def write_shard(job: tuple[DataConfig, str, int, int, Settings, Path]) -> tuple[str, int, int, list[list[str]]]:
+    """One shard, written under a .partial name and renamed when complete: (split, shard, rows, skipped files, each
+    [name, why]: a kind of ``mpp.data.image_source.WHY_UNDECODABLE``)."""
     import datasets
 
     cfg, split, shard, shards, settings, out_dir = job
@@ -103,7 +99,7 @@ def write_shard(job: tuple[DataConfig, str, int, int, Settings, Path]) -> tuple[
         try:
             resized = resized_to_short_side(source_image(source, index), settings.short_side, mode)
         except UndecodableImage as error:
-            skipped.append(f"{source.name(index) if isinstance(source, FileSource) else index}: {error}")
+            skipped.append([source.name(index) if isinstance(source, FileSource) else str(index), error.kind])
             continue
         rows["image"].append({"bytes": encoded(resized, settings.quality), "path": None})
         rows["label"].append(int(source.labels[index]))
@@ -132,7 +128,8 @@ def read_record(out_dir: Path, settings: Settings) -> dict:
 
 
 def prepare(settings: Settings, out_dir: Path, splits: Sequence[str], workers: int) -> dict:
-    """Write every split of the source that exists; returns the record (rows and skipped files per split)."""
+    """Write every split of the source that exists; returns the record (rows and skipped files per split, each
+    [name, why])."""
     from pyarrow.parquet import read_metadata
     from tqdm.auto import tqdm
 
@@ -200,9 +197,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     except RunError as error:
         raise SystemExit(f"error: {error}") from None
     for split, written in record["splits"].items():
-        skipped = [name for shard in written["shards"].values() for name in shard["skipped"]]
+        skipped = [(name, kind) for shard in written["shards"].values() for name, kind in shard["skipped"]]
         print(f"{split}: {written['images'] - len(skipped)} images in {len(written['shards'])} shards"
-              + (f"; {len(skipped)} could not be decoded, skipped: {', '.join(skipped[:5])}" if skipped else ""))
+              + (f"; {skip_summary(skipped)}" if skipped else ""))
     print(f"read it with data.source=hf:{args.out_dir}")
 
 

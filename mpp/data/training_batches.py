@@ -13,28 +13,26 @@ iterator a pass (its workers start again at every epoch), and a resumed run read
 from __future__ import annotations
 
 import itertools
-import logging
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
-import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader, Dataset
 
-from mpp.config.data import DataConfig
+from mpp.config.data import DataConfig, parse_source
 from mpp.data.hugging_face import StreamingImageDataset
-from mpp.data.image_dataset import SkipsUndecodableImages
-from mpp.data.loading import build_training_loader, move_to_device
+from mpp.data.image_dataset import ImageDataset
+from mpp.data.image_source import FileSource
+from mpp.data.loading import build_training_loader, move_to_device, report_skipped
 from mpp.run.session import local_processes
-
-logger = logging.getLogger(__name__)
 
 
 class TrainingBatches:
     """This process's batches of a training run, epoch after epoch without end, from pass ``start`` of the run (one
-    optimizer step is ``accumulation_steps`` passes); ``close`` ends the loader's workers."""
+    optimizer step is ``accumulation_steps`` passes), read as ``data`` says; ``close`` ends the loader's workers."""
 
-    def __init__(self, accelerator: Accelerator, dataset: Dataset, loader: DataLoader, start: int) -> None:
-        self.accelerator, self.dataset = accelerator, dataset
+    def __init__(self, accelerator: Accelerator, dataset: Dataset, loader: DataLoader, start: int,
+                 data: Optional[DataConfig] = None) -> None:
+        self.accelerator, self.dataset, self.data, self.workers = accelerator, dataset, data, loader.num_workers
         self.batches = self.endless(loader, start)
 
     def endless(self, loader: DataLoader, start: int) -> Iterator[Any]:
@@ -57,18 +55,23 @@ class TrainingBatches:
     def close(self) -> None:
         self.batches.close()
 
+    def loading_advice(self) -> str:
+        """What would load this run's images faster, for a loop that waits for them: files decoded once (prepared,
+        or a folder's decode cache), then more loader workers."""
+        advice = []
+        if self.data is not None and isinstance(self.dataset, ImageDataset) and isinstance(self.dataset.source,
+                                                                                           FileSource):
+            advice.append(f"prepare the images once, resized (`python -m mpp.data.prepare {self.data.source} <out dir>"
+                          "`, then data.source=hf:<out dir>)")
+            if parse_source(self.data.source)[0] == "folder" and not self.data.decode_cache:
+                advice.append("keep them decoded between epochs, at the size the views need (data.decode_cache=true)")
+        advice.append(f"load in more worker processes (data.num_workers, {self.workers} now) where cores are free")
+        return "; or ".join(advice)
+
     def skipped_images(self) -> int:
-        """Images that could not be decoded and were skipped, over all processes; logged with a few of their names.
-        Every process calls it (a reduction)."""
-        reports = isinstance(self.dataset, SkipsUndecodableImages)  # in-memory data has nothing to skip
-        count = self.dataset.skipped_count() if reports else 0
-        total = int(self.accelerator.reduce(torch.tensor(count, device=self.accelerator.device), "sum"))
-        if total:
-            names = self.dataset.undecodable_files()[:5] if reports else []
-            logger.warning("skipped %d image(s) that could not be decoded%s", total,
-                           f" (this process: {', '.join(names)}{', ...' if count > len(names) else ''})"
-                           if names else "")
-        return total
+        """Images that could not be decoded and were skipped, over all processes; logged with why, and a few of their
+        names. Every process calls it (a reduction)."""
+        return report_skipped(self.accelerator, self.dataset, "training images")
 
 
 def training_batches(accelerator: Accelerator, dataset: Dataset, micro_batch_size: int, accumulation_steps: int,
@@ -79,4 +82,4 @@ def training_batches(accelerator: Accelerator, dataset: Dataset, micro_batch_siz
     loader = build_training_loader(dataset, micro_batch_size, cfg, seed, accelerator.num_processes,
                                    accelerator.process_index, accelerator.device.type, local_processes(accelerator),
                                    start, accumulation_steps)
-    return TrainingBatches(accelerator, dataset, move_to_device(accelerator, loader), start)
+    return TrainingBatches(accelerator, dataset, move_to_device(accelerator, loader), start, cfg)

@@ -46,6 +46,15 @@ class ImageView:
     def description(self) -> str:
         return f"{'augmented' if self.augment else 'resized'} to {self.size}x{self.size}"
 
+    def detail_short_side(self) -> int:
+        """The shorter side an image needs for every view of it to be cut from ``size`` pixels or more each way, so
+        that no view is enlarged: evaluation's centre square is ``eval_crop_fraction`` of it; a random crop's
+        narrower side is at least sqrt(smallest area x narrowest aspect) of it."""
+        if not self.augment:
+            return math.ceil(self.size / self.eval_crop_fraction - 1e-9)
+        narrowest = min(math.sqrt(self.crop_ratio[0]), 1 / math.sqrt(self.crop_ratio[1]))
+        return math.ceil(self.size / (math.sqrt(self.crop_scale[0]) * min(1.0, narrowest)) - 1e-9)
+
     def draw(self, heights: torch.Tensor, widths: torch.Tensor, draws: Optional[KeyedDraws] = None):
         """(b) image sizes -> (b 4) crop boxes and (b) flips (None when not augmenting, which draws nothing)."""
         if not self.augment:

@@ -2,6 +2,8 @@
 vector per image, and its features cached so that each encoder's images pass through it once.
 
 The evaluation scripts share everything here; each adds only its protocol (few-shot, linear probe, kNN, pictures).
+Images that cannot be decoded are skipped as in training (each replaced by the next): how many, and why, is logged
+and recorded in metrics.json (``skipped_images``, per feature set), from the feature cache too.
 """
 
 from __future__ import annotations
@@ -9,19 +11,26 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
 from accelerate import Accelerator
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
 from mpp.config.model import EvaluationFeatures, FrozenFeatures
 from mpp.config.runs import EvaluationRunConfig
 from mpp.data.image_dataset import ImageDataset
-from mpp.data.loading import build_dataset, build_loader, prepare_loader, warn_if_tested_on_training_images
+from mpp.data.loading import (
+    build_dataset,
+    build_loader,
+    prepare_loader,
+    report_skipped,
+    warn_if_tested_on_training_images,
+)
 from mpp.errors import ConfigError
 from mpp.models.encoder import ImageEncoder, InputNormalisation, count_parameters
 from mpp.models.pretrained import (
@@ -50,6 +59,7 @@ class EvaluationRun:
     train_set: ImageDataset  # both splits resized (and centre-cropped), never augmented
     test_set: ImageDataset
     config: EvaluationRunConfig
+    skipped_images: dict[str, int] = field(default_factory=dict)  # per feature set (name): undecodable, skipped
 
     def __enter__(self) -> EvaluationRun:
         return self
@@ -67,32 +77,45 @@ class EvaluationRun:
 
     def features(self, dataset: ImageDataset, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(n d) features and (n) labels of ``dataset``'s images in order, on the device; read from the cache
-        when this encoder has already seen exactly these images."""
+        when this encoder has already seen exactly these images. The images skipped as undecodable are counted in
+        ``skipped_images[name]`` (and said in the log), whether extracted now or when the cache was written."""
         cfg = self.config
         cache = Path(cfg.eval.feature_cache) if cfg.eval.feature_cache else self.run_dir / FEATURES_DIR
         path = cache / f"{name}-{feature_fingerprint(self.extractor, dataset)}.safetensors"
 
-        def read(cached: Path) -> tuple[torch.Tensor, torch.Tensor]:
+        def read(cached: Path) -> tuple[torch.Tensor, torch.Tensor, int]:
             stored = load_file(cached, device=str(self.accelerator.device))
-            return stored["features"], stored["labels"]
+            with safe_open(cached, "pt") as opened:
+                skipped = int(opened.metadata()["skipped_images"])  # none: another version's cache, made again
+            return stored["features"], stored["labels"], skipped
 
         stored = read_cache(path, read)
         if stored is not None:
-            logger.info("%s: %d features read from %s", name, len(stored[1]), path)
-            return stored
-        features, labels = extract_features(self.accelerator, self.extractor, dataset, cfg)
-        if self.accelerator.is_main_process:
-            cache.mkdir(parents=True, exist_ok=True)
-            stored = {"features": features.cpu().contiguous(), "labels": labels.cpu().contiguous()}
-            write_whole(path, lambda partial: save_file(stored, partial), shared=True)  # eval.feature_cache
-        logger.info("%s: %d features of dimension %d extracted, cached as %s", name, len(labels), features.shape[1],
-                    path)
+            features, labels, skipped = stored
+            logger.info("%s: %d features read from %s", name, len(labels), path)
+            if skipped:
+                logger.warning("%s: %d image(s) were skipped as undecodable when these features were extracted, "
+                               "each replaced by the next image (delete %s to see which, and why)", name, skipped,
+                               path)
+        else:
+            features, labels = extract_features(self.accelerator, self.extractor, dataset, cfg)
+            skipped = report_skipped(self.accelerator, dataset, f"{name} images")
+            if self.accelerator.is_main_process:
+                cache.mkdir(parents=True, exist_ok=True)
+                tensors = {"features": features.cpu().contiguous(), "labels": labels.cpu().contiguous()}
+                write_whole(path, lambda partial: save_file(tensors, partial, {"skipped_images": str(skipped)}),
+                            shared=True)  # eval.feature_cache
+            logger.info("%s: %d features of dimension %d extracted, cached as %s", name, len(labels),
+                        features.shape[1], path)
+        self.skipped_images[name] = self.skipped_images.get(name, 0) + skipped
         return features, labels
 
     def finish(self, metrics: dict[str, Any], scalars: dict[str, float]) -> None:
-        """``scalars`` to TensorBoard, ``metrics`` (with the encoder's description) to metrics.json, and close."""
+        """``scalars`` to TensorBoard, ``metrics`` (with the encoder's description and the images skipped per feature
+        set) to metrics.json, and close."""
         self.accelerator.log(scalars, step=0)
-        self.session.finish({"init": self.config.init or None, "features": self.config.eval.features, **metrics})
+        self.session.finish({"init": self.config.init or None, "features": self.config.eval.features,
+                             "skipped_images": self.skipped_images, **metrics})
 
 
 def readout(features: EvaluationFeatures, pretrained: Optional[PretrainedEncoder]) -> FrozenFeatures:
@@ -149,6 +172,8 @@ def feature_fingerprint(extractor: ImageEncoder, dataset: ImageDataset) -> str:
         digest.update(tensor.cpu().contiguous().numpy().tobytes())
     digest.update(f"{extractor.pool}|{dataset.source.description}|{dataset.view.description}|{dataset.channels}"
                   .encode())
+    if dataset.decode_cache is not None:  # views of kept images: the file resampled twice
+        digest.update(f"|decoded at {dataset.decode_cache.short_side}".encode())
     return digest.hexdigest()[:16]
 
 

@@ -32,6 +32,8 @@ from mpp.training.preemption import Preempted, StopSignals
 from mpp.training.schedule import learning_rate
 
 logger = logging.getLogger(__name__)
+DATA_CHECK_STEPS = 20  # steps after the first over which the loop's wait for data is judged, unless it logs earlier
+DATA_BOUND_SHARE = 0.5  # waiting for data more than this share of the time: said once, with the fix
 
 
 @dataclass
@@ -111,6 +113,7 @@ class TrainingClock:
         self.run_start = self.window_start = self.first_step_done = time.perf_counter()
         self.window_steps = self.steps = 0
         self.window_wait = self.run_wait = self.step_wait = 0.0
+        self.data_judged = False
 
     @contextmanager
     def waiting_for_data(self) -> Iterator[None]:
@@ -143,6 +146,14 @@ class TrainingClock:
         yield
         pause = time.perf_counter() - pausing
         self.window_start, self.first_step_done = self.window_start + pause, self.first_step_done + pause
+
+    def judging_data_now(self, logging_now: bool) -> bool:
+        """Whether to judge the wait for data now, once a run: at the first log step after the first step, or after
+        the first ``DATA_CHECK_STEPS`` steps after it, whichever comes first."""
+        if self.data_judged or self.steps < 2 or not (logging_now or self.steps > DATA_CHECK_STEPS):
+            return False
+        self.data_judged = True
+        return True
 
     def run_rates(self) -> tuple[Optional[float], Optional[float]]:
         """Images per second and the data-waiting share over this session's steps after the first (of the one
@@ -204,9 +215,12 @@ def train(run: TrainingRun, start_step: int = 0, monitors: Sequence[Monitor] = (
             progress.update()
             clock.step_done()
             done = step + 1
-            if done % cfg.log_every == 0 or done == cfg.steps:
+            logging_now = done % cfg.log_every == 0 or done == cfg.steps
+            if logging_now:
                 logged = log_step(run, done, lr, grad_norm, means, clock, guard, progress)
                 skipped_steps += logged["skipped_steps"]
+            if clock.judging_data_now(logging_now):  # host clocks only: no wait for the device
+                warn_if_waiting_for_data(run, clock)
             with clock.paused():  # speeds count training time, not monitors or checkpoint writing
                 monitor_and_checkpoint(run, done, monitors, stop_signals, guard, clock.window_steps)
     images_per_second, data_wait_share = clock.run_rates()
@@ -245,7 +259,9 @@ def log_step(run: TrainingRun, done: int, lr: float, grad_norm: torch.Tensor, me
     # The x-axis counts images seen, so runs with different batch sizes line up.
     run.accelerator.log({f"{run.log_prefix}train/{key}": value for key, value in metrics.items()},
                         step=done * run.plan.global_batch_size)
-    progress.set_postfix(loss=f"{loss:.4f}", acc=f"{accuracy:.3f}")
+    # The bar's own rate counts steps; these are the window's images per second and its wait for data.
+    progress.set_postfix(loss=f"{loss:.4f}", acc=f"{accuracy:.3f}", img_s=f"{images_per_second:.1f}",
+                         data_wait=f"{data_wait_share:.0%}")
     logger.info(
         "%sstep %d/%d  loss %.4f  %s %.4f  lr %.2e  grad_norm %.3f  %.1f images/s (%.0f%% waiting for data)%s",
         run.log_prefix, done, run.train_config.steps, loss, run.accuracy_name, accuracy, lr, metrics["grad_norm"],
@@ -253,6 +269,16 @@ def log_step(run: TrainingRun, done: int, lr: float, grad_norm: torch.Tensor, me
     )
     guard.reset()
     return metrics
+
+
+def warn_if_waiting_for_data(run: TrainingRun, clock: TrainingClock) -> None:
+    """One warning, early in a run, where the loop has spent most of its time waiting for its next batch, with the
+    fix for its data (``TrainingBatches.loading_advice``)."""
+    _, waited = clock.run_rates()
+    if waited is not None and waited > DATA_BOUND_SHARE:
+        logger.warning("%sthe loop waited for its next batch %.0f%% of the time over its first %d steps: loading the "
+                       "images, not training, sets this run's speed; %s", run.log_prefix, 100 * waited,
+                       clock.steps - 1, run.batches.loading_advice())
 
 
 def monitor_and_checkpoint(run: TrainingRun, done: int, monitors: Sequence[Monitor], stop_signals: StopSignals,

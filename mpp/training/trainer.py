@@ -61,10 +61,11 @@ class Trainer:
         accelerator = session.accelerator
         given = train or config.train
         self.plan = plan_batches(given, accelerator.num_processes)
+        # A global batch larger than the data is refused before the schedule is made of it (an epoch of no steps)
+        check_batch_fits(train_set, self.plan.global_batch_size)
         # What the loop reads: steps from epochs, the learning rate scaled to the batch; how, for the plan line.
         self.train_config, self.derivation = resolved_schedule(
             given, None if isinstance(train_set, IterableDataset) else len(train_set))
-        check_batch_fits(train_set, self.plan.global_batch_size)
         finetune = getattr(config, "finetune", None)  # fine-tuning's layer-wise decay, where the run has one
         self.optimizer = create_optimizer(model, self.train_config, accelerator.device,
                                           finetune.layer_decay if finetune is not None else 1.0)

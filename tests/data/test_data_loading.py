@@ -101,7 +101,8 @@ def test_a_folder_too_small_for_a_batch_says_first_what_is_wrong_with_its_files(
     # Some readable: the batch size is the fix, and the broken files are still counted.
     cfg = DataConfig(source=f"folder:{folder_with_broken_files(tmp_path / 'some', good=12, broken=8)}")
     with pytest.raises(DataError, match=r"the training set has 20 images \(8 of them cannot be decoded, e.g. .*\), "
-                                        r"fewer than one batch of 64; lower train.micro_batch_size"):
+                                        r"fewer than one global batch of 64, so no step can be made of them; "
+                                        r"set train.global_batch_size to 20 or less"):
         build_loader(build_dataset(cfg, "train", 4, channels=3, augment=True), batch_size=64, cfg=cfg, train=True)
 
 
@@ -154,7 +155,8 @@ def test_the_recipe_reports_skipped_files_at_the_end_and_stops_when_too_many_fai
     launch(f"output_dir={tmp_path / 'run'}", "data.max_bad_fraction=0.1", *tiny)
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["skipped_images"] == 1
     log = (tmp_path / "run" / "log.txt").read_text()
-    assert "skipped 1 image(s) that could not be decoded (this process: " in log and "015.jpg" in log
+    assert "training images: 1 image(s) skipped: 1 is truncated or corrupt (e.g. " in log
+    assert "015.jpg): replace it with a whole copy" in log
 
     failed = launch(f"output_dir={tmp_path / 'strict'}", "data.max_bad_fraction=0", *tiny,
                     check=False)

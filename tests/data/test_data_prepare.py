@@ -31,8 +31,8 @@ def test_a_folder_prepared_once_reads_back_resized_with_its_labels_and_class_nam
     settings = Settings(source, (), short_side=48, quality=90, shard_size=4)
     record = prepare(settings, tmp_path / "prepared", ["train", "test"], workers=1)
     assert record["complete"] and list(record["splits"]) == ["train"]  # a folder without eval_folder: no test split
-    assert [name for shard in record["splits"]["train"]["shards"].values() for name in shard["skipped"]] == [
-        f"{tmp_path / 'photos' / 'cat' / '99.jpg'}: Truncated File Read"]
+    assert [skipped for shard in record["splits"]["train"]["shards"].values() for skipped in shard["skipped"]] == [
+        [str(tmp_path / "photos" / "cat" / "99.jpg"), "truncated"]]  # its name, and why
     original = open_source(DataConfig(source=source), "train", 48)
     prepared = open_source(DataConfig(source=f"hf:{tmp_path / 'prepared'}", hf_cache_dir=str(tmp_path / "cache")),
                            "train", 48)

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import itertools
+import logging
+import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -129,3 +132,76 @@ def test_the_clock_counts_the_share_of_training_time_spent_waiting_for_data(monk
     with clock.paused():  # reports and checkpoints count neither as training nor as waiting
         now[0] += 100
     assert clock.run_rates() == (30 / 10, 3 / 10)
+
+
+class SlowTensors(torch.utils.data.Dataset):
+    """(image, label, key) examples that take ``seconds`` each to load, as large files do to decode."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int):
+        time.sleep(self.seconds)
+        return torch.full((4,), float(index)), torch.tensor(0), torch.tensor(index)
+
+
+class SlowModel(torch.nn.Module):
+    """A linear model whose every pass takes ``seconds``, as a real step would."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.linear, self.seconds = torch.nn.Linear(4, 1), seconds
+
+    def forward(self, images, labels, keys):
+        time.sleep(self.seconds)
+        loss = self.linear(images).pow(2).mean()
+        return SimpleNamespace(loss=loss, accuracy=torch.zeros((), device=loss.device))
+
+
+def train_timed(tmp_path, load_seconds: float, step_seconds: float, log_every: int, steps: int = 24):
+    from accelerate.utils import DataLoaderConfiguration
+
+    from mpp.config.runs import MPPRunConfig
+    from mpp.data.training_batches import TrainingBatches
+    from mpp.training.engine import TrainingRun, train
+
+    cfg = TrainConfig(steps=steps, global_batch_size=2, warmup_steps=0, log_every=log_every, checkpoint_every=1000)
+    accelerator = Accelerator(cpu=USE_CPU, dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
+    model = SlowModel(step_seconds)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    dataset = SlowTensors(load_seconds)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(dataset, batch_size=2, shuffle=True))
+    return train(TrainingRun(accelerator, model, optimizer, TrainingBatches(accelerator, dataset, loader, 0),
+                             plan_batches(cfg, 1), cfg, tmp_path, MPPRunConfig()))
+
+
+def waiting_warnings(caplog) -> list[str]:
+    return [record.getMessage() for record in caplog.records if "waited for its next batch" in record.getMessage()]
+
+
+def test_a_loop_waiting_for_data_says_so_once_early_with_the_fix(tmp_path, caplog, capsys):
+    caplog.set_level(logging.INFO, logger="mpp")
+    # No log step before the last: judged after the first 20 steps after the first, before the log line.
+    metrics = train_timed(tmp_path / "late", load_seconds=0.02, step_seconds=0.0, log_every=100)
+    warnings = waiting_warnings(caplog)
+    assert len(warnings) == 1 and "over its first 20 steps" in warnings[0], warnings
+    assert "load in more worker processes (data.num_workers, 0 now)" in warnings[0]
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages.index(warnings[0]) < next(i for i, line in enumerate(messages) if line.startswith("step 24/24"))
+    assert metrics["data_wait_share"] > 0.5
+    # The progress bar shows the wait of each log window (set on log steps only).
+    assert "data_wait=" in capsys.readouterr().err
+    # A log step earlier: judged there, over the steps since the first.
+    caplog.clear()
+    train_timed(tmp_path / "early", load_seconds=0.02, step_seconds=0.0, log_every=4)
+    warnings = waiting_warnings(caplog)
+    assert len(warnings) == 1 and "over its first 3 steps" in warnings[0], warnings
+
+
+def test_a_loop_that_waits_little_for_data_says_nothing(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="mpp")
+    metrics = train_timed(tmp_path, load_seconds=0.0, step_seconds=0.02, log_every=4)
+    assert not waiting_warnings(caplog) and metrics["data_wait_share"] < 0.5
