@@ -27,15 +27,15 @@ from torchvision.io import ImageReadMode, decode_jpeg
 from mpp.errors import DataError
 
 
-# Why a file cannot be decoded: kind -> (what is wrong with it, the fix). A kind's place in the order is its code
-# in the datasets' shared record of skipped images (0: not skipped).
+# Why a file cannot be decoded: kind -> (what it is, said of one file or of several, and the fix). A kind's place in
+# the order is its code in the datasets' shared record of skipped images (0: not skipped).
 WHY_UNDECODABLE = {
-    "unreadable": ("cannot be read", "check that the file is still there and readable"),
-    "not-an-image": ("is not an image PIL can read", "remove it, or convert it to PNG or JPEG"),
-    "too-large": ("exceeds PIL's decompression-bomb limit of {limit:,} pixels (2 x Image.MAX_IMAGE_PIXELS)",
+    "unreadable": ("unreadable", "check that the file is still there and readable"),
+    "not-an-image": ("not an image PIL can read", "remove it, or convert it to PNG or JPEG"),
+    "too-large": ("larger than PIL's decompression-bomb limit of {limit:,} pixels (2 x Image.MAX_IMAGE_PIXELS)",
                   "shrink it first (e.g. ImageMagick's `mogrify -resize 8192x8192 <file>`: the views need far fewer "
                   "pixels), or raise PIL.Image.MAX_IMAGE_PIXELS where the machine has 4 bytes a pixel to spare"),
-    "truncated": ("is truncated or corrupt", "replace it with a whole copy"),
+    "truncated": ("truncated or corrupt", "replace it with a whole copy"),
 }
 UNDECODABLE_KINDS = tuple(WHY_UNDECODABLE)
 

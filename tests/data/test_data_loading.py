@@ -155,7 +155,7 @@ def test_the_recipe_reports_skipped_files_at_the_end_and_stops_when_too_many_fai
     launch(f"output_dir={tmp_path / 'run'}", "data.max_bad_fraction=0.1", *tiny)
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["skipped_images"] == 1
     log = (tmp_path / "run" / "log.txt").read_text()
-    assert "training images: 1 image(s) skipped: 1 is truncated or corrupt (e.g. " in log
+    assert "training images: 1 image(s) skipped: 1 truncated or corrupt (e.g. " in log
     assert "015.jpg): replace it with a whole copy" in log
 
     failed = launch(f"output_dir={tmp_path / 'strict'}", "data.max_bad_fraction=0", *tiny,

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from mpp.config.training import TrainConfig
@@ -59,3 +61,40 @@ def test_linear_scaling_gives_the_reference_batchs_rate_times_the_batch_ratio():
     assert resolved.lr == pytest.approx(6e-4) and resolved.lr_scaling == "none" and resolved.steps == given.steps
     assert derivation == "peak lr 0.0006 = train.lr 0.00015 x 1,024 / 256 (train.lr_scaling=linear)"
     assert resolved_schedule(TrainConfig(lr=1e-3), 10_000) == (TrainConfig(lr=1e-3), "")  # as given by default
+
+
+def test_a_global_batch_larger_than_the_training_set_is_refused_in_one_line_before_the_schedule(tmp_path,
+                                                                                                   tiny_model_config):
+    """An epoch of 20 images at a global batch of 32 holds no step: said as such (with the fix), not as a schedule
+    of 0 steps, nor trained as one of a batch the data cannot fill."""
+    from types import SimpleNamespace
+
+    from accelerate import Accelerator
+    from PIL import Image
+
+    from devices import USE_CPU
+    from mpp.config.data import DataConfig
+    from mpp.config.runs import SupervisedRunConfig
+    from mpp.data.loading import build_dataset
+    from mpp.errors import DataError
+    from mpp.models.classifier import ImageClassifier
+    from mpp.models.encoder import create_encoder
+    from mpp.training.trainer import Trainer
+
+    for i in range(20):
+        (tmp_path / "images" / f"class_{i % 2}").mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (6, 5), (i, 0, 0)).save(tmp_path / "images" / f"class_{i % 2}" / f"{i}.png")
+    data = DataConfig(source=f"folder:{tmp_path / 'images'}")
+    train_set = build_dataset(data, "train", 16, channels=3, augment=True)
+    config = SupervisedRunConfig(data=data)
+    model = ImageClassifier(create_encoder(tiny_model_config), 2, config.classifier, (0.5,) * 3, (0.5,) * 3)
+    session = SimpleNamespace(accelerator=Accelerator(cpu=USE_CPU), run_dir=tmp_path / "run")
+    epochs = TrainConfig(steps=None, epochs=2, global_batch_size=32, warmup_steps=0)
+    with pytest.raises(DataError) as refused:
+        Trainer(session, model, train_set, config, train=epochs)
+    assert str(refused.value) == ("the training set has 20 images, fewer than one global batch of 32, so no step can "
+                                  "be made of them; set train.global_batch_size to 20 or less (a multiple of "
+                                  "train.micro_batch_size x processes)")
+    assert not (tmp_path / "run").exists()
+    fits = Trainer(session, model, train_set, config, train=dataclasses.replace(epochs, global_batch_size=8))
+    assert fits.train_config.steps == 4  # 2 epochs of 2 whole batches of 8
