@@ -3,9 +3,27 @@
 Start at ``recipes/mpp.py`` for a whole run; ``mpp.models.masked_patch_prediction`` holds the objective. Imports flow
 one way, each layer using only those before it (tests/test_architecture.py holds the package to it):
 
-    config  ->  run  ->  data, models  ->  training, evaluation  ->  command_line, experiments  ->  benchmark
+    config  ->  run  ->  data, models  ->  training, evaluation  ->  command_line, experiments, recipes  ->  benchmark
+
+From Python, in the calling process (mpp/recipes/python_api.py): ``mpp.pretrain``, ``mpp.finetune``,
+``mpp.evaluate``, each returning a ``mpp.RunResult``.
 """
 
 from importlib.metadata import version
+from typing import Any
 
 __version__ = version("mpp")  # pyproject.toml's project.version, the one place the version is written
+PYTHON_API = ("pretrain", "finetune", "evaluate", "RunResult")
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: `import mpp.<module>` (every entry point and tool) stays free of what the recipes import.
+    if name in PYTHON_API:
+        from mpp.recipes import python_api
+
+        return getattr(python_api, name)
+    raise AttributeError(f"module 'mpp' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *PYTHON_API])

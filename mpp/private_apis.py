@@ -7,10 +7,12 @@ instead of somewhere in a run.
 
 from __future__ import annotations
 
+import os
 from typing import TypeVar
 
 import torch
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState, GradientState
 from accelerate.data_loader import BatchSamplerShard, SeedableRandomSampler
 from accelerate.utils import SAFE_WEIGHTS_NAME
 from timm.models.vision_transformer import VisionTransformer
@@ -34,6 +36,22 @@ def saved_model_file(index: int) -> str:
     """The file in which ``save_state`` writes the weights of the index-th prepared model: ``SAFE_WEIGHTS_NAME``
     (model.safetensors), then model_1.safetensors and on; accelerate has no name for those after the first."""
     return SAFE_WEIGHTS_NAME if not index else SAFE_WEIGHTS_NAME.replace(".", f"_{index}.")
+
+
+def forget_accelerate_state() -> None:
+    """Forget the process-wide state every Accelerator of this process shares (its process, its precision, its
+    accumulation), as accelerate's own tests do between two of them: the next Accelerator is made afresh, with its own
+    settings. A process group still up stays, and the next Accelerator joins it."""
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+def leave_process_group_to_launcher() -> None:
+    """From now on, ``Accelerator.end_training`` leaves this process's group up, as in a process that accelerate's
+    fork launch started (it sets ``FORK_LAUNCHED``; ``notebook_launcher`` starting several processes does not): the
+    next Accelerator joins that group, where a group made anew would read the first one's addresses, stale, from the
+    launcher's store."""
+    os.environ["FORK_LAUNCHED"] = "1"
 
 
 def accelerate_launch_variable() -> str:

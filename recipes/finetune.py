@@ -13,101 +13,22 @@ finetune.lr_from=<run dir>, the rate that run's sweep chose is trained instead.
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 import sys
 from pathlib import Path
-from typing import Any
 
 # Python puts this script's folder first on sys.path, where recipes/mpp.py would shadow the `mpp` package.
 sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
 
-from accelerate.utils import set_seed
-from timm.models.vision_transformer import VisionTransformer
-
 from mpp.command_line import run_recipe
 from mpp.config.runs import FinetuneRunConfig
-from mpp.data.loading import build_dataset, check_classes_to_learn, warn_if_tested_on_training_images
-from mpp.data.transforms import image_view
-from mpp.models.classifier import ImageClassifier
-from mpp.models.encoder import count_parameters
-from mpp.models.pretrained import fine_tuning_encoder, fine_tuning_model_config, input_normalisation, read_pretrained
-from mpp.run.session import Session
-from mpp.training.classifier_training import chosen_learning_rate, sweep_learning_rates, train_classifier
-from mpp.training.trainer import Trainer
+from mpp.recipes.finetune_run import fine_tune
 
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "finetune_tiny_cpu.yaml"
-logger = logging.getLogger("mpp.recipes.finetune")
-
-
-def main(cfg: FinetuneRunConfig) -> dict[str, Any]:
-    with Session(cfg, cfg.train, prefix="finetune") as session:
-        accelerator = session.accelerator
-        # Starting weights, model, data, optimizer: everything that can be wrong fails here, before anything is
-        # written.
-        pretrained = read_pretrained(cfg.init) if cfg.init else None
-        model_cfg = fine_tuning_model_config(cfg.model, pretrained)
-        mean, std = input_normalisation(pretrained, cfg.data.mean, cfg.data.std)
-
-        def fresh_encoder() -> VisionTransformer:
-            """The same starting point for every run of the sweep and the final run."""
-            set_seed(cfg.seed)
-            return fine_tuning_encoder(model_cfg, pretrained)
-
-        encoder = fresh_encoder()
-        image_size = encoder.patch_embed.img_size[0]
-        split = dict(image_size=image_size, channels=model_cfg.in_chans, seed=cfg.seed,
-                     process_index=accelerator.process_index, num_processes=accelerator.num_processes)
-        # The test split first: its classes must be the training data's, and a classifier needs two of them,
-        # which matter more to fix than the training split's shots per class.
-        test_set = build_dataset(cfg.data, "test", augment=False, **split)
-        check_classes_to_learn(test_set)
-        train_set = build_dataset(cfg.data, "train", augment=True, **split)
-
-        def classifier(encoder: VisionTransformer) -> ImageClassifier:
-            return ImageClassifier(encoder, train_set.num_classes, cfg.classifier, mean, std)
-
-        def trainer_at(lr: float) -> Trainer:
-            return Trainer(session, classifier(encoder), train_set, cfg, train=dataclasses.replace(cfg.train, lr=lr),
-                           ema_decay=cfg.finetune.ema_decay)
-
-        # Made now so that a config that cannot train fails before any write.
-        trainer = trainer_at(chosen_learning_rate(Path(cfg.finetune.lr_from)) if cfg.finetune.lr_from else cfg.train.lr)
-
-        session.start()
-        warn_if_tested_on_training_images(train_set, test_set)
-        logger.info("init: %s", pretrained.location if pretrained else "none (training from scratch)")
-        logger.info("plan: %s%s", trainer.describe(),
-                    f" (the learning rate {cfg.finetune.lr_from} chose)" if cfg.finetune.lr_from else "")
-        logger.info("data: %s; test: %s", train_set.description, test_set.description)
-        logger.info("encoder: %s, %.2fM parameters, %d patches of %d px at %d px; zero-initialised %s head, %d "
-                    "classes", model_cfg.name, count_parameters(encoder) / 1e6, encoder.patch_embed.num_patches,
-                    encoder.patch_embed.patch_size[0], image_size, cfg.classifier.head, train_set.num_classes)
-
-        sweep = {}
-        if cfg.finetune.sweep_lrs:
-            sweep = sweep_learning_rates(session, cfg, lambda: classifier(fresh_encoder()), train_set,
-                                         image_view(cfg.data, image_size, augment=False))
-            trainer = trainer_at(max(sweep, key=sweep.get))  # the best rate, on all images
-            logger.info("sweep: holdout %s %s; training with lr %g on all %d training images",
-                        cfg.finetune.sweep_score.replace("_", " "),
-                        ", ".join(f"lr {rate:g}: {score:.4f}" for rate, score in sweep.items()),
-                        trainer.train_config.lr, len(train_set))
-        metrics = train_classifier(trainer, test_set, "test")
-        metrics.update(init=cfg.init or None, chosen_lr=max(sweep, key=sweep.get) if sweep else None,
-                       **{f"sweep_holdout_{cfg.finetune.sweep_score}": {f"{rate:g}": score for rate, score in
-                                                                         sweep.items()} or None})
-        session.finish(metrics)
-    logger.info("done: test_accuracy %.4f%s with lr %g", metrics["test_accuracy"],
-                f" (averaged weights: {metrics['test_accuracy_averaged']:.4f})" if cfg.finetune.ema_decay else "",
-                trainer.train_config.lr)
-    return metrics
-
 
 
 def cli() -> None:
     """The command line; what each process runs under `accelerate launch --tpu --main_training_function cli`."""
-    run_recipe(main, FinetuneRunConfig, DEFAULT_PRESET, description=__doc__)
+    run_recipe(fine_tune, FinetuneRunConfig, DEFAULT_PRESET, description=__doc__)
 
 
 if __name__ == "__main__":

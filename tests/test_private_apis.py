@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from accelerate import Accelerator
+from accelerate.state import is_initialized
 from accelerate.commands.launch import launch_command, launch_command_parser
 from accelerate.data_loader import prepare_data_loader
 from accelerate.utils import SAFE_WEIGHTS_NAME, fsdp2_load_full_state_dict
@@ -24,8 +25,10 @@ from mpp.private_apis import (
     accelerate_launch_variable,
     add_position_embeddings,
     capturable_optimizer_devices,
+    forget_accelerate_state,
     forget_prepared_loader,
     fused_optimizer_devices,
+    leave_process_group_to_launcher,
     prepared_models_and_optimizers,
     process_share_of_batches,
     saved_model_file,
@@ -47,6 +50,36 @@ def test_accelerate_lists_what_it_prepared_and_save_state_writes_without_a_forgo
         forget_prepared_loader(accelerator, loader)
     accelerator.save_state(str(tmp_path / "state"))
     assert {"model.safetensors", "optimizer.bin"} <= {path.name for path in (tmp_path / "state").iterdir()}
+
+
+def test_forgetting_accelerates_state_lets_the_next_accelerator_take_other_settings():
+    Accelerator(cpu=USE_CPU, mixed_precision="no")
+    with pytest.raises(ValueError, match="already been initialized"):  # accelerate's shared state refuses a change
+        Accelerator(cpu=USE_CPU, mixed_precision="bf16")
+    forget_accelerate_state()
+    assert not is_initialized()
+    try:
+        assert Accelerator(cpu=USE_CPU, mixed_precision="bf16").mixed_precision == "bf16"
+    finally:
+        forget_accelerate_state()
+
+
+def test_a_process_group_left_to_the_launcher_outlives_end_training(tmp_path, monkeypatch):
+    monkeypatch.setenv("FORK_LAUNCHED", "0")  # restored after the test, which sets it
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        forget_accelerate_state()
+        leave_process_group_to_launcher()
+        Accelerator(cpu=USE_CPU).end_training()
+        assert dist.is_initialized()
+        monkeypatch.setenv("FORK_LAUNCHED", "0")
+        forget_accelerate_state()
+        Accelerator(cpu=USE_CPU).end_training()
+        assert not dist.is_initialized()  # what end_training does otherwise
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        forget_accelerate_state()
 
 
 def test_save_state_writes_each_prepared_models_weights_to_its_file(tmp_path):

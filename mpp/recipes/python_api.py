@@ -1,0 +1,200 @@
+"""The recipes called from Python, in the calling process: ``mpp.pretrain``, ``mpp.finetune``, ``mpp.evaluate``.
+
+    import mpp
+    pre = mpp.pretrain(data="folder:/data/images", output_dir="runs/pre", train={"steps": 500})
+    tuned = mpp.finetune(init=pre.run_dir, data="folder:/data/labelled", output_dir="runs/tuned")
+    probe = mpp.evaluate(init=pre.run_dir, data="folder:/data/labelled", protocol="knn")
+
+Each builds its config as its command line does (mpp/config/building.py: the preset, then the overrides, each key
+checked and each value coerced by its field) and runs the same function as its script, so a run from Python and one
+from ``accelerate launch`` are the same run. Overrides are the command line's keys as keywords: a top-level key as
+itself (``seed=1``), a section as a dict of its keys (``train={"steps": 500}``, the same as ``**{"train.steps": 500}``).
+A failure the user can act on raises ``RunError`` (the command line prints it and exits). Every function runs under
+``accelerate.notebook_launcher`` too, one call per process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Literal, Optional
+
+from mpp.config.building import build_config
+from mpp.config.runs import (
+    FewShotRunConfig,
+    FinetuneRunConfig,
+    InspectionRunConfig,
+    KnnRunConfig,
+    LinearProbeRunConfig,
+    MPPRunConfig,
+    SupervisedRunConfig,
+)
+from mpp.errors import ConfigError
+from mpp.private_apis import forget_accelerate_state, leave_process_group_to_launcher
+from mpp.recipes.few_shot_run import evaluate_few_shot
+from mpp.recipes.finetune_run import fine_tune
+from mpp.recipes.inspection_run import inspect_frozen_encoder
+from mpp.recipes.knn_run import evaluate_knn
+from mpp.recipes.linear_probe_run import evaluate_linear_probe
+from mpp.recipes.mpp_run import pretrain_mpp
+from mpp.recipes.run_result import RunResult
+from mpp.recipes.supervised_run import pretrain_supervised
+
+# The checkout this package is in (an editable install, or the repository root on the path): its presets are there.
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A run kind: the function its script calls, its config, and the preset its script reads without --config."""
+
+    run: Callable[[Any], RunResult]
+    config_class: type
+    default_preset: Path
+
+
+PRE_TRAINING = {
+    "mpp": Recipe(pretrain_mpp, MPPRunConfig, CHECKOUT / "recipes/configs/mpp_tiny_cpu.yaml"),
+    "supervised": Recipe(pretrain_supervised, SupervisedRunConfig,
+                         CHECKOUT / "recipes/configs/supervised_tiny_cpu.yaml"),
+}
+FINE_TUNING = Recipe(fine_tune, FinetuneRunConfig, CHECKOUT / "recipes/configs/finetune_tiny_cpu.yaml")
+EVALUATION_PRESET = CHECKOUT / "recipes/configs/eval_tiny_cpu.yaml"  # every eval/ script's
+EVALUATIONS = {
+    "linear_probe": Recipe(evaluate_linear_probe, LinearProbeRunConfig, EVALUATION_PRESET),
+    "knn": Recipe(evaluate_knn, KnnRunConfig, EVALUATION_PRESET),
+    "few_shot": Recipe(evaluate_few_shot, FewShotRunConfig, EVALUATION_PRESET),
+    "inspect": Recipe(inspect_frozen_encoder, InspectionRunConfig, EVALUATION_PRESET),
+}
+
+
+def pretrain(data: Optional[str | dict[str, Any]] = None, output_dir: Optional[str | Path] = None, *,
+             method: Literal["mpp", "supervised"] = "mpp", config: Optional[str | Path] = None,
+             resume: bool | str = False, **overrides: Any) -> RunResult:
+    """Pre-train an encoder as ``recipes/mpp.py`` (or ``recipes/supervised.py``, ``method="supervised"``) does.
+
+    Args:
+        data: ``data.source``, e.g. ``"folder:/data/images"`` or ``"hf:<dataset>"``, or the data section as a dict
+            (``{"source": ..., "eval_folder": ...}``); None: the preset's.
+        output_dir: the run directory; None: ``runs/<method>-<date>-<time>``.
+        method: MPP, or supervised pre-training on the labels.
+        config: a preset, as a YAML file or the name of one in the checkout's presets (``"mpp_own_images_gpu"``);
+            None: the script's default, the tiny CPU preset.
+        resume: True continues the run in ``output_dir`` (``--resume``); a path continues from that checkpoint.
+        overrides: the command line's keys: ``seed=1``, ``train={"steps": 500}``, ``**{"model.depth": 6}``; None
+            is null.
+
+    Returns:
+        The run's metrics and directory; ``export_dir`` holds the encoder in timm's format.
+    """
+    return _run(_pick(PRE_TRAINING, method, "method"), config,
+                _common(data, output_dir, overrides, resume="auto" if resume is True else resume or None))
+
+
+def finetune(init: Optional[str | Path] = None, data: Optional[str | dict[str, Any]] = None,
+             output_dir: Optional[str | Path] = None, *, config: Optional[str | Path] = None,
+             resume: bool | str = False, **overrides: Any) -> RunResult:
+    """Fine-tune an encoder on a classification task as ``recipes/finetune.py`` does.
+
+    Args:
+        init: the starting weights, a run directory (``pretrain(...).run_dir``), its export or a checkpoint file;
+            None: from scratch, the baseline.
+        data, output_dir, config, resume, overrides: as for ``pretrain`` (default preset: finetune_tiny_cpu).
+
+    Returns:
+        The run's metrics (``test_accuracy`` among them) and directory.
+    """
+    return _run(FINE_TUNING, config, _common(data, output_dir, overrides, init=init,
+                                             resume="auto" if resume is True else resume or None))
+
+
+def evaluate(init: Optional[str | Path] = None, data: Optional[str | dict[str, Any]] = None,
+             output_dir: Optional[str | Path] = None, *,
+             protocol: Literal["linear_probe", "knn", "few_shot", "inspect"] = "linear_probe",
+             config: Optional[str | Path] = None, **overrides: Any) -> RunResult:
+    """Evaluate a frozen encoder as ``eval/<protocol>.py`` does (``inspect``: ``eval/inspect_encoder.py``).
+
+    Args:
+        init: the encoder, a run directory, its export or a checkpoint file; None: a randomly initialised one.
+        protocol: logistic regression on the features, kNN votes, few-shot ridge regression, or the paper's pictures.
+        data, output_dir, config, overrides: as for ``pretrain`` (default preset: eval_tiny_cpu).
+
+    Returns:
+        The run's metrics (e.g. ``metrics["linear_probe"]["test_accuracy"]``) and directory.
+    """
+    return _run(_pick(EVALUATIONS, protocol, "protocol"), config, _common(data, output_dir, overrides, init=init))
+
+
+def preset_path(config: Optional[str | Path], default: Path) -> Path:
+    """``config`` as ``--config`` takes it; a bare name (no folder, no suffix) is the preset of that name beside the
+    default one; None is the default."""
+    if config is None:
+        return default
+    path = Path(config)
+    return path if path.suffix or len(path.parts) > 1 else default.parent / f"{path}.yaml"
+
+
+def dotted(overrides: dict[str, Any]) -> dict[str, Any]:
+    """Keyword overrides with each section's dict spelled out as the command line's dotted keys."""
+    flat = {}
+    for key, value in overrides.items():
+        if isinstance(value, dict):
+            flat.update(dotted({f"{key}.{inner}": item for inner, item in value.items()}))
+        else:
+            flat[key] = value
+    return flat
+
+
+def override_arguments(overrides: dict[str, Any]) -> list[str]:
+    """Keyword overrides as the command line's ``key=value`` arguments: a string (or path) as it is, any other value
+    as JSON, which the config reads as YAML."""
+    return [f"{key}={value if isinstance(value, (str, Path)) else json.dumps(value)}"
+            for key, value in dotted(overrides).items()]
+
+
+def _common(data: Optional[str | dict[str, Any]], output_dir: Optional[str | Path], overrides: dict[str, Any],
+            **named: Any) -> dict[str, Any]:
+    """The named parameters as the overrides they stand for, with the other overrides (which may not repeat them); a
+    parameter left at None leaves its key to the preset."""
+    named = {key: value for key, value in dotted({"data" if isinstance(data, dict) else "data.source": data,
+                                                  "output_dir": output_dir, **named}).items() if value is not None}
+    overrides = dotted(overrides)
+    repeated = [key for key in named if key in overrides]
+    if repeated:
+        raise TypeError(f"{', '.join(repeated)} given twice: as a parameter and among the overrides")
+    return {**named, **overrides}
+
+
+def _pick(recipes: dict[str, Recipe], name: str, parameter: str) -> Recipe:
+    if name not in recipes:
+        raise ConfigError(f"{parameter}={name!r} is not one of: {', '.join(recipes)}")
+    return recipes[name]
+
+
+def _run(recipe: Recipe, config: Optional[str | Path], overrides: dict[str, Any]) -> RunResult:
+    cfg = build_config(recipe.config_class, preset_path(config, recipe.default_preset), override_arguments(overrides))
+    with run_in_this_process():
+        return recipe.run(cfg)
+
+
+@contextmanager
+def run_in_this_process() -> Iterator[None]:
+    """A run in a process that goes on after it (a notebook's): afterwards the run's log file is closed, and
+    accelerate's process-wide state forgotten, so that the next run makes its own Accelerator (with its own
+    precision) and ``notebook_launcher``, which refuses to start where an Accelerator was made, can follow."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # one of a launcher's processes: its runs share one group
+        leave_process_group_to_launcher()
+    root = logging.getLogger()
+    before = set(root.handlers)
+    try:
+        yield
+    finally:
+        for handler in [handler for handler in root.handlers if handler not in before]:
+            if isinstance(handler, logging.FileHandler):  # the run's log.txt; the console's handler stays
+                root.removeHandler(handler)
+                handler.close()
+        forget_accelerate_state()

@@ -1,0 +1,165 @@
+"""The recipes called from Python (mpp/recipes/python_api.py): the same config as the command line, errors raised
+rather than exits, runs one after another in one process, and two processes under accelerate's notebook_launcher."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from accelerate import notebook_launcher
+from accelerate.state import is_initialized
+from PIL import Image
+
+import mpp
+from devices import USE_CPU
+from mpp.config.building import build_config
+from mpp.config.runs import FinetuneRunConfig, MPPRunConfig
+from mpp.errors import ConfigError, RunError
+from mpp.recipes.python_api import EVALUATIONS, FINE_TUNING, PRE_TRAINING, override_arguments, preset_path
+from tests.launching import ROOT, free_port
+
+ENCODER = {"img_size": 16, "patch_size": 4, "embed_dim": 32, "depth": 2, "num_heads": 2}
+TINY = {"model": ENCODER, "train": {"global_batch_size": 8, "warmup_steps": 1, "log_every": 2, "checkpoint_every": 4,
+                                    "steps": 4}}
+NO_MONITORS = {"monitor": {"few_shot_every": 0, "mosaic_every": 0, "final_few_shot_draws": 0}}
+
+
+@pytest.fixture(autouse=True)
+def device(monkeypatch):
+    """Runs in this process take the test device as a launched recipe does (tests/launching.py)."""
+    if USE_CPU:
+        monkeypatch.setenv("ACCELERATE_USE_CPU", "1")
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, str]:
+    """Two classes of 16x16 noise, dark and bright, 8 training and 4 test images each, as data overrides."""
+    root = tmp_path_factory.mktemp("folders")
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 8), ("test", 4)):
+        for name, level in (("bright", 0.7), ("dark", 0.3)):
+            (root / split / name).mkdir(parents=True)
+            for index in range(count):
+                pixels = np.clip(level + 0.15 * rng.standard_normal((16, 16, 3)), 0, 1)
+                Image.fromarray((pixels * 255).astype(np.uint8)).save(root / split / name / f"{index}.png")
+    return {"source": f"folder:{root / 'train'}", "eval_folder": str(root / "test"), "shots_per_class": 0}
+
+
+def test_keyword_overrides_are_the_command_lines_arguments():
+    overrides = {"seed": 1, "train": {"steps": None, "epochs": 2, "lr": 1e-3}, "model.depth": 6,
+                 "data": {"mean": (0.4, 0.5, 0.6)}, "output_dir": Path("runs/x"), "resume": "auto",
+                 "mpp": {"target": "mean_colour"}, "overwrite": True}
+    arguments = override_arguments(overrides)
+    assert arguments == ["seed=1", "train.steps=null", "train.epochs=2", "train.lr=0.001", "model.depth=6",
+                         "data.mean=[0.4, 0.5, 0.6]", "output_dir=runs/x", "resume=auto", "mpp.target=mean_colour",
+                         "overwrite=true"]
+    cfg = build_config(MPPRunConfig, None, arguments)
+    assert (cfg.seed, cfg.train.steps, cfg.train.epochs, cfg.train.lr, cfg.model.depth, cfg.data.mean) == (
+        1, None, 2, 1e-3, 6, (0.4, 0.5, 0.6))
+    assert (cfg.output_dir, cfg.resume, cfg.overwrite) == ("runs/x", "auto", True)
+
+
+def test_an_unknown_key_raises_the_command_lines_error_before_anything_is_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as raised:
+        mpp.pretrain(trian={"epochs": 2})
+    with pytest.raises(ConfigError) as command_line:
+        build_config(MPPRunConfig, PRE_TRAINING["mpp"].default_preset, ["trian.epochs=2"])
+    assert str(raised.value) == str(command_line.value)
+    assert "did you mean 'train.epochs'?" in str(raised.value) and "valid keys: output_dir, seed" in str(raised.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_key_given_as_a_parameter_and_an_override_is_refused():
+    with pytest.raises(TypeError, match="data.source given twice"):
+        mpp.pretrain(data="shapes", **{"data.source": "shapes"})
+    with pytest.raises(ConfigError, match="method='mae' is not one of: mpp, supervised"):
+        mpp.pretrain(method="mae")
+
+
+def test_a_preset_is_a_file_or_the_name_of_one_beside_the_default():
+    default = PRE_TRAINING["mpp"].default_preset
+    assert preset_path(None, default) == default
+    assert preset_path("finetune_tiny_cpu", default) == ROOT / "recipes" / "configs" / "finetune_tiny_cpu.yaml"
+    assert preset_path("my/preset.yaml", default) == Path("my/preset.yaml")
+    cfg = build_config(FinetuneRunConfig, preset_path("finetune_tiny_cpu", default))
+    assert cfg.train.steps == 200  # the named preset was read
+
+
+def load_script(script: Path):
+    spec = importlib.util.spec_from_file_location(f"python_api_check_{script.stem}", script)
+    module = importlib.util.module_from_spec(spec)
+    saved_path = list(sys.path)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = saved_path  # the recipes take their own folder off sys.path
+    return module
+
+
+@pytest.mark.parametrize("script, recipe", [
+    ("recipes/mpp.py", PRE_TRAINING["mpp"]), ("recipes/supervised.py", PRE_TRAINING["supervised"]),
+    ("recipes/finetune.py", FINE_TUNING), ("eval/linear_probe.py", EVALUATIONS["linear_probe"]),
+    ("eval/knn.py", EVALUATIONS["knn"]), ("eval/few_shot.py", EVALUATIONS["few_shot"]),
+    ("eval/inspect_encoder.py", EVALUATIONS["inspect"]),
+])
+def test_each_script_runs_the_function_python_calls_with_the_same_default_preset(script, recipe, monkeypatch):
+    module = load_script(ROOT / script)
+    called = {}
+    monkeypatch.setattr(module, "run_recipe", lambda run, config_class, preset, description: called.update(
+        run=run, config_class=config_class, preset=preset))
+    module.cli()
+    assert called == {"run": recipe.run, "config_class": recipe.config_class, "preset": called["preset"]}
+    assert called["preset"].resolve() == recipe.default_preset
+
+
+def test_an_error_is_raised_not_exited_and_leaves_no_accelerator_behind(tmp_path):
+    with pytest.raises(RunError, match="does not exist"):  # raised once the run's Accelerator is made
+        mpp.finetune(init=tmp_path / "missing", output_dir=tmp_path / "run", model=ENCODER)
+    assert not is_initialized()
+    assert not [handler for handler in logging.getLogger().handlers if isinstance(handler, logging.FileHandler)]
+
+
+def test_pretrain_finetune_evaluate_one_after_another_in_this_process(tmp_path, folders):
+    first = mpp.pretrain(output_dir=tmp_path / "first", data=folders, **TINY, **NO_MONITORS)
+    # Another precision: accelerate refuses a second Accelerator that differs, unless the first run's state is gone.
+    second = mpp.pretrain(output_dir=tmp_path / "second", data=folders, model=ENCODER, monitor=NO_MONITORS["monitor"],
+                          train={**TINY["train"], "mixed_precision": "bf16"})
+    tuned = mpp.finetune(init=first.run_dir, output_dir=tmp_path / "tuned", data=folders, **TINY)
+    knn = mpp.evaluate(init=first.export_dir, output_dir=tmp_path / "knn", data=folders, protocol="knn", knn={"k": 3},
+                       model=ENCODER)
+
+    for result in (first, second, tuned, knn):
+        written = json.loads((result.run_dir / "metrics.json").read_text())
+        assert json.loads(json.dumps(result.metrics)).items() <= written.items()  # which adds what the run was
+        log = (result.run_dir / "log.txt").read_text()
+        assert log.count("run directory ") == 1, log  # its own log, each line once, none of another run's
+    assert first.export_dir == tmp_path / "first" / "export" and (first.export_dir / "model.safetensors").is_file()
+    assert tuned.export_dir is None and tuned.metrics["init"] == str(first.run_dir)
+    assert first.metrics["step"] == second.metrics["step"] == tuned.metrics["step"] == 4
+    assert 0 <= knn.metrics["knn"]["test_accuracy"] <= 1 and knn.metrics["test_images"] == 8
+    assert not is_initialized()
+    assert not [handler for handler in logging.getLogger().handlers if isinstance(handler, logging.FileHandler)]
+
+
+def pretrain_then_probe(data: dict[str, str], out: Path) -> None:
+    """What a notebook hands notebook_launcher: two runs, one after the other, in each process."""
+    pre = mpp.pretrain(output_dir=out / "pre", data=data, **TINY, **NO_MONITORS)
+    mpp.evaluate(init=pre.run_dir, output_dir=out / "knn", data=data, protocol="knn", knn={"k": 3}, model=ENCODER)
+
+
+@pytest.mark.slow
+@pytest.mark.cpu_only("two gloo processes forked from this one")
+def test_notebook_launcher_runs_two_processes_on_the_cpu(tmp_path, folders):
+    notebook_launcher(pretrain_then_probe, args=(folders, tmp_path), num_processes=2, use_port=str(free_port()))
+    pre = json.loads((tmp_path / "pre" / "metrics.json").read_text())
+    assert pre["num_processes"] == 2 and pre["step"] == 4 and pre["backend"]["distributed_type"] == "MULTI_CPU"
+    assert (tmp_path / "pre" / "export" / "model.safetensors").is_file()
+    knn = json.loads((tmp_path / "knn" / "metrics.json").read_text())
+    assert knn["backend"]["distributed_type"] == "MULTI_CPU" and knn["test_images"] == 8
+    assert not is_initialized()  # the launcher's processes were forked: this one made no Accelerator
