@@ -15,6 +15,7 @@ from mpp.config.runs import (
     MPPRunConfig,
     SupervisedRunConfig,
 )
+from mpp.config.data import SOURCE_KINDS
 from mpp.config.building import build_config, config_keys, config_to_dict, parse_command_line
 from mpp.experiments.config import PretrainingCurveConfig, ReproductionConfig
 from mpp.errors import ConfigError
@@ -175,32 +176,65 @@ def test_trackers_add_to_tensorboard_and_a_missing_package_is_named(monkeypatch)
 @pytest.mark.parametrize("cls", [MPPRunConfig, SupervisedRunConfig, FinetuneRunConfig, FewShotRunConfig,
                                  LinearProbeRunConfig, KnnRunConfig, InspectionRunConfig, ReproductionConfig,
                                  PretrainingCurveConfig], ids=lambda cls: cls.__name__)
-def test_help_gives_every_key_its_section_type_default_and_meaning(cls, capsys):
-    tiny = Path(__file__).parents[1] / "recipes" / "configs" / "mpp_tiny_cpu.yaml"
-    with pytest.raises(SystemExit) as ended:
-        parse_command_line(cls, ["--help"], tiny, description="")
-    assert ended.value.code == 0
-    text = capsys.readouterr().out
+def test_help_gives_every_key_its_section_type_default_and_meaning(cls, capsys, tmp_path):
+    (tmp_path / "empty.yaml").write_text("")
+    text = help_text(capsys, cls, tmp_path / "empty.yaml")
     assert "docs/presets.md" in text and "--print-config" in text
     lines = text.splitlines()
     for key in config_keys(cls):
-        (at,) = [i for i, line in enumerate(lines) if line.split()[:1] == [key]]
+        (at,) = [i for i, line in enumerate(lines) if line.startswith(f"  {key} ")]
         described = lines[at].split(maxsplit=1)[1]
         assert " = " in described, key  # its type and default
-        meaning = lines[at + 1]
-        assert meaning.startswith(" " * 37) and meaning.strip(), f"{key} has no meaning in its field's comment"
         section = key.rpartition(".")[0] or "run"
-        assert f"{section}:" in lines[:at], key  # under its section's heading
+        heading = lines.index(f"{section}:", 0, at)  # under its section's heading
+        meaning = lines[at + 1]
+        assert (meaning.startswith(" " * 37) and meaning.strip()) or any(
+            line.startswith("  # ") for line in lines[heading:at]), f"{key} has no meaning in its field's comment"
 
 
-def test_help_shows_types_and_defaults_as_a_command_line_writes_them(capsys):
-    with pytest.raises(SystemExit):
-        parse_command_line(MPPRunConfig, ["--help"], Path("unused.yaml"), description="")
-    text = capsys.readouterr().out
+def help_text(capsys: pytest.CaptureFixture, cls: type, default_preset: Path, *argv: str) -> str:
+    """What ``<recipe> [argv] --help`` prints, for a recipe whose default preset is ``default_preset``."""
+    with pytest.raises(SystemExit) as ended:
+        parse_command_line(cls, [*argv, "--help"], default_preset, description="")
+    assert ended.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_help_shows_types_and_defaults_as_a_command_line_writes_them(capsys, tmp_path):
+    (tmp_path / "empty.yaml").write_text("")  # a preset that changes nothing: the recipe's own values
+    text = help_text(capsys, MPPRunConfig, tmp_path / "empty.yaml")
     assert re.search(r"^  train.steps +int or null = 1000000$", text, re.M)
     assert re.search(r"^  train.decay +one of cosine\|linear = 'cosine'$", text, re.M)
     assert re.search(r"^  train.betas +list of float = \[0.9,0.999\]$", text, re.M)
     assert re.search(r"^ {37}optimizer steps; null where train.epochs gives the length$", text, re.M)
+
+
+def test_help_shows_the_values_a_run_of_the_preset_uses_beside_the_recipes_own(capsys, tmp_path):
+    configs = Path(__file__).parents[1] / "recipes" / "configs"
+    steps = yaml.safe_load((configs / "mpp_tiny_cpu.yaml").read_text())["train"]["steps"]
+    text = help_text(capsys, MPPRunConfig, configs / "mpp_tiny_cpu.yaml")  # a run without arguments
+    assert re.search(rf"^  train.steps +int or null = {steps} \(the preset's; the recipe's own: 1000000\)$", text,
+                     re.M)
+    assert "the preset mpp_tiny_cpu.yaml" in text
+    (tmp_path / "mine.yaml").write_text("train:\n  steps: 7\n")
+    text = help_text(capsys, MPPRunConfig, configs / "mpp_tiny_cpu.yaml", "--config", str(tmp_path / "mine.yaml"))
+    assert re.search(r"^  train.steps +int or null = 7 \(the preset's; the recipe's own: 1000000\)$", text, re.M)
+    # a paper preset leaves data.source to the command line: its help is shown all the same
+    text = help_text(capsys, MPPRunConfig, configs / "mpp_tiny_cpu.yaml", "--config",
+                     str(configs / "mpp_vit_b16_one_gpu.yaml"))
+    assert re.search(r"^  data.source +str = '' \(the preset's; the recipe's own: 'shapes'\)$", text, re.M)
+
+
+def test_help_says_each_group_of_keys_comment_once_and_lists_the_source_kinds(capsys, tmp_path):
+    (tmp_path / "empty.yaml").write_text("")
+    text = help_text(capsys, MPPRunConfig, tmp_path / "empty.yaml")
+    for heading in ("# hf: split and column names", "# Views: pre-training crops and flips",
+                    "# Seeded slices of the training split", "# Normalisation applied to the encoder's input"):
+        assert text.count(heading.removeprefix("# ")) == 1 and f"\n  {heading}" in text, heading
+    source = text[text.index("  data.source "):text.index("  data.eval_folder ")]
+    assert ").;" not in source and "SOURCE_KINDS" not in source
+    for kind in SOURCE_KINDS.values():  # one line each, as the table says it
+        assert re.search(rf"^ {{39}}{re.escape(kind.usage.split(' ')[0])}", source, re.M), kind.usage
 
 
 def test_print_config_prints_the_resolved_config_and_builds_nothing(capsys, tmp_path):

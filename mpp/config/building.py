@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import sys
 import types
 import typing
 from pathlib import Path
@@ -25,12 +26,17 @@ from mpp.errors import ConfigError
 
 def config_keys(cls: type) -> list[str]:
     """Every settable dotted key of a config dataclass, in declaration order."""
-    keys = []
+    return list(_annotations(cls))
+
+
+def _annotations(cls: type) -> dict[str, Any]:
+    """Every settable dotted key of a config dataclass and its field's annotation, in declaration order."""
+    keys = {}
     for f, annotation in _fields(cls):
         if dataclasses.is_dataclass(annotation):
-            keys += [f"{f.name}.{key}" for key in config_keys(annotation)]
+            keys |= {f"{f.name}.{key}": inner for key, inner in _annotations(annotation).items()}
         else:
-            keys.append(f.name)
+            keys[f.name] = annotation
     return keys
 
 
@@ -50,6 +56,18 @@ def parsed_yaml(text: str, source: str) -> Any:
 
 def build_config(cls: type, preset: Optional[str | Path] = None, overrides: typing.Sequence[str] = ()) -> Any:
     """The dataclass defaults, updated by a YAML preset, updated by ``key=value`` overrides."""
+    return _build(cls, _settings(cls, preset, overrides), prefix="")
+
+
+def preset_values(cls: type, preset: str | Path) -> dict[str, Any]:
+    """The keys ``preset`` sets, each value coerced as ``build_config`` coerces it, but without building the config:
+    a preset may leave a key to be given (the paper presets' ``data.source``) and still be shown by ``--help``."""
+    annotations = _annotations(cls)
+    return {key: _coerce(value, annotations[key], key) for key, value in _settings(cls, preset, ()).items()}
+
+
+def _settings(cls: type, preset: Optional[str | Path], overrides: typing.Sequence[str]) -> dict[str, Any]:
+    """The dotted keys a YAML preset and then ``key=value`` overrides set, as written; an unknown key is refused."""
     values: dict[str, Any] = {}
     if preset is not None:
         path = Path(preset)
@@ -71,7 +89,7 @@ def build_config(cls: type, preset: Optional[str | Path] = None, overrides: typi
     unknown = [key for key in values if key not in config_keys(cls)]
     if unknown:
         raise ConfigError(_unknown_keys_message(unknown, config_keys(cls)))
-    return _build(cls, values, prefix="")
+    return values
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:
@@ -85,11 +103,14 @@ def save_config(config: Any, path: Path) -> None:
 
 def parse_command_line(cls: type, argv: Optional[typing.Sequence[str]], default_preset: Path, description: str) -> Any:
     """The recipes' command line: ``[--config FILE] [--resume] [--print-config] [key=value ...]``. ``--help`` lists
-    every key by section with its type, default and meaning; ``--print-config`` prints the resolved config as YAML
-    and exits, building nothing."""
-    parser = argparse.ArgumentParser(description=description, epilog=keys_help(cls),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    every key by section with its type, the value a run with the preset (``--config``'s, else the recipe's default
+    one) gets, and its meaning; ``--print-config`` prints the resolved config as YAML and exits, building nothing."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", type=Path, default=default_preset, help=f"YAML preset (default: {default_preset})")
+    if {"-h", "--help"} & set(argv):  # the keys' help reads the preset and the configs' source: only when shown
+        preset = parser.parse_known_args([arg for arg in argv if arg not in ("-h", "--help")])[0].config
+        parser.epilog = keys_help(cls, preset_values(cls, preset), str(preset))
     parser.add_argument("--resume", action="store_true",
                         help="continue the run in output_dir, or without one the newest run of this recipe under "
                              "runs/ (same as resume=auto)")

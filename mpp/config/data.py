@@ -55,9 +55,9 @@ def parse_source(source: str) -> tuple[str, str]:
 class DataConfig:
     """Where images come from and how they become model inputs (mpp/data/)."""
 
-    # <kind>[:<location>], a kind of SOURCE_KINDS (listed by --help). A preset that sets it empty ("") must be given
-    # one (the paper presets: the run is refused without it).
-    source: str = "shapes"  # the embedded, procedurally drawn dataset (mpp/data/shapes.py)
+    # Where the images come from: <kind>[:<location>], of the kinds below. A preset that sets it empty ("", as the
+    # paper presets do) refuses to run until it is given.
+    source: str = "shapes"
     eval_folder: str = ""  # folder: a separate folder for the evaluation split (same class sub-folders)
     # hf: split and column names; an empty column name means the dataset's one Image / ClassLabel column
     train_split: str = "train"
@@ -70,6 +70,7 @@ class DataConfig:
     streaming: bool = False  # hf: read as a stream, for datasets larger than the disk
     shuffle_buffer: int = 10_000  # streaming: examples in the shuffle buffer
     max_bad_fraction: float = 0.01  # images that fail to decode are skipped; more than this fraction stops the run
+
     # Seeded slices of the training split (App. B.1.1 holds out 1-10% of it to tune on)
     holdout_fraction: float = 0.0  # this fraction of the training split becomes the "holdout" split
     shots_per_class: int = 0  # > 0: keep this many training images per class (few-shot, low-label settings)
@@ -93,9 +94,8 @@ class DataConfig:
     mean: tuple[float, ...] = (0.5, 0.5, 0.5)
     std: tuple[float, ...] = (0.5, 0.5, 0.5)
 
-    # What --help adds to a field's own comment: the grammar's kinds, from the one table that declares them.
-    FIELD_HELP: ClassVar[dict[str, str]] = {"source": "Kinds: " + "; ".join(kind.usage
-                                                                            for kind in SOURCE_KINDS.values())}
+    # The lines --help adds under a field's own comment: the source kinds, from the one table that declares them.
+    FIELD_HELP: ClassVar[dict[str, tuple[str, ...]]] = {"source": tuple(kind.usage for kind in SOURCE_KINDS.values())}
 
     def __post_init__(self) -> None:
         parse_source(self.source)
