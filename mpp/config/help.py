@@ -1,7 +1,9 @@
-"""What ``--help`` says of every config key: its section, type, default and meaning.
+"""What ``--help`` says of every config key: its section, type, the value a run with the preset gets (the recipe's
+own beside it where the preset changes it) and meaning.
 
 A key's meaning is written once, as the comment on its field's line in the config dataclass (and the comment lines
-right under it); this reads those comments from the source, so the help and the code cannot drift apart.
+right under it), or in a comment heading a group of keys, said once above them; this reads those comments from the
+source, so the help and the code cannot drift apart.
 """
 
 from __future__ import annotations
