@@ -102,13 +102,15 @@ def load_script(script: Path):
     return module
 
 
-@pytest.mark.parametrize("script, recipe", [
-    ("recipes/mpp.py", PRE_TRAINING["mpp"]), ("recipes/supervised.py", PRE_TRAINING["supervised"]),
-    ("recipes/finetune.py", FINE_TUNING), ("eval/linear_probe.py", EVALUATIONS["linear_probe"]),
-    ("eval/knn.py", EVALUATIONS["knn"]), ("eval/few_shot.py", EVALUATIONS["few_shot"]),
-    ("eval/inspect_encoder.py", EVALUATIONS["inspect"]),
-])
-def test_each_script_runs_the_function_python_calls_with_the_same_default_preset(script, recipe, monkeypatch):
+SCRIPTS = {"recipes/mpp.py": PRE_TRAINING["mpp"], "recipes/supervised.py": PRE_TRAINING["supervised"],
+           "recipes/finetune.py": FINE_TUNING, "eval/linear_probe.py": EVALUATIONS["linear_probe"],
+           "eval/knn.py": EVALUATIONS["knn"], "eval/few_shot.py": EVALUATIONS["few_shot"],
+           "eval/inspect_encoder.py": EVALUATIONS["inspect"]}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_each_script_runs_the_function_python_calls_with_the_same_default_preset(script, monkeypatch):
+    recipe = SCRIPTS[script]
     module = load_script(ROOT / script)
     called = {}
     monkeypatch.setattr(module, "run_recipe", lambda run, config_class, preset, description: called.update(

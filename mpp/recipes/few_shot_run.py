@@ -13,6 +13,7 @@ logger = logging.getLogger(__name__)
 
 
 def evaluate_few_shot(cfg: FewShotRunConfig) -> RunResult:
+    """Few-shot accuracy of ``cfg.init``'s frozen encoder, over ``cfg.few_shot.seeds`` draws."""
     with open_evaluation_run(cfg, prefix="few-shot") as run:
         test = run.features(run.test_set, "test")
         results = few_shot_evaluation(lambda positions: run.features(run.train_set.subset(positions), "train-shots"),

@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 
 def fine_tune(cfg: FinetuneRunConfig) -> RunResult:
+    """One fine-tuning run of ``cfg`` (its sweep first, if asked): its metrics and run directory."""
     with Session(cfg, cfg.train, prefix="finetune") as session:
         accelerator = session.accelerator
         # Starting weights, model, data, optimizer: everything that can be wrong fails here, before anything is

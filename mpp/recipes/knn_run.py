@@ -14,6 +14,7 @@ logger = logging.getLogger(__name__)
 
 
 def evaluate_knn(cfg: KnnRunConfig) -> RunResult:
+    """kNN accuracy of ``cfg.init``'s frozen encoder."""
     with open_evaluation_run(cfg, prefix="knn") as run:
         (train_features, train_labels), (features, labels) = (run.features(run.train_set, "train"),
                                                               run.features(run.test_set, "test"))

@@ -13,6 +13,7 @@ logger = logging.getLogger(__name__)
 
 
 def evaluate_linear_probe(cfg: LinearProbeRunConfig) -> RunResult:
+    """Linear-probe accuracy of ``cfg.init``'s frozen encoder."""
     with open_evaluation_run(cfg, prefix="linear-probe") as run:
         train, test = run.features(run.train_set, "train"), run.features(run.test_set, "test")
         metrics = linear_probe_evaluation(train, test, run.train_set.num_classes, cfg.linear_probe, cfg.seed)

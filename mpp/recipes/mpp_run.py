@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 
 
 def pretrain_mpp(cfg: MPPRunConfig) -> RunResult:
+    """One MPP pre-training run of ``cfg``: its metrics and run directory (with export/)."""
     with Session(cfg, cfg.train, prefix="mpp") as session:
         accelerator = session.accelerator
         # Model, data, optimizer, monitors: everything that can be wrong with the config fails here, before anything

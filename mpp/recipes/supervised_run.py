@@ -22,6 +22,7 @@ logger = logging.getLogger(__name__)
 
 
 def pretrain_supervised(cfg: SupervisedRunConfig) -> RunResult:
+    """One supervised pre-training run of ``cfg``: its metrics and run directory (with export/)."""
     with Session(cfg, cfg.train, prefix="supervised") as session:
         accelerator = session.accelerator
         # Model, data, optimizer, monitors: everything that can be wrong with the config fails here, before anything
