@@ -81,6 +81,7 @@ class DataConfig:
     hflip: float = 0.5
     eval_crop_fraction: float = 1.0  # evaluation: centre square of this fraction of the short side, resized
     # Loading; null picks for the machine: workers 0 on a CPU (training uses every core), else the cores per process
+    # less one (the training process's own), at least 1
     num_workers: Optional[int] = None
     pin_memory: Optional[bool] = None  # null: on when training on a GPU
     prefetch_factor: int = 2  # batches each worker loads ahead
