@@ -19,7 +19,7 @@ import mpp
 from devices import USE_CPU
 from mpp.config.building import build_config
 from mpp.config.runs import FinetuneRunConfig, MPPRunConfig
-from mpp.errors import ConfigError, RunError
+from mpp.errors import ConfigError, DataError, RunError
 from mpp.recipes.python_api import EVALUATIONS, FINE_TUNING, PRE_TRAINING, override_arguments, preset_path
 from tests.launching import ROOT, free_port
 
@@ -125,6 +125,17 @@ def test_an_error_is_raised_not_exited_and_leaves_no_accelerator_behind(tmp_path
         mpp.finetune(init=tmp_path / "missing", output_dir=tmp_path / "run", model=ENCODER)
     assert not is_initialized()
     assert not [handler for handler in logging.getLogger().handlers if isinstance(handler, logging.FileHandler)]
+
+
+def test_a_sweep_whose_training_images_fill_no_batch_is_refused_before_anything_is_written(tmp_path, folders):
+    # 16 training images fill the batch of 8 (the final run could start), but the sweep's 12 after holding out 4
+    # do not fill one of 16: refused while nothing is written, not once the sweep's first point starts.
+    with pytest.raises(DataError, match=r"sweep holds out finetune.sweep_holdout_fraction=0.25 .* the training set "
+                                        r"has 12 images, fewer than one global batch of 16"):
+        mpp.finetune(output_dir=tmp_path / "tuned", data=folders, model=ENCODER,
+                     train={**TINY["train"], "global_batch_size": 16},
+                     finetune={"sweep_lrs": [0.01, 0.03], "sweep_holdout_fraction": 0.25})
+    assert not (tmp_path / "tuned").exists()
 
 
 def test_pretrain_finetune_evaluate_one_after_another_in_this_process(tmp_path, folders):

@@ -19,7 +19,8 @@ from mpp.models.encoder import count_parameters
 from mpp.models.pretrained import fine_tuning_encoder, fine_tuning_model_config, input_normalisation, read_pretrained
 from mpp.recipes.run_result import RunResult
 from mpp.run.session import Session
-from mpp.training.classifier_training import chosen_learning_rate, sweep_learning_rates, train_classifier
+from mpp.training.classifier_training import (chosen_learning_rate, sweep_learning_rates, sweep_split,
+                                               train_classifier)
 from mpp.training.trainer import Trainer
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,8 @@ def fine_tune(cfg: FinetuneRunConfig) -> RunResult:
 
         # Made now so that a config that cannot train fails before any write.
         trainer = trainer_at(chosen_learning_rate(Path(cfg.finetune.lr_from)) if cfg.finetune.lr_from else cfg.train.lr)
+        sweep_images = (sweep_split(cfg, train_set, image_view(cfg.data, image_size, augment=False),
+                                    trainer.plan.global_batch_size) if cfg.finetune.sweep_lrs else None)
 
         session.start()
         warn_if_tested_on_training_images(train_set, test_set)
@@ -71,9 +74,11 @@ def fine_tune(cfg: FinetuneRunConfig) -> RunResult:
                     encoder.patch_embed.patch_size[0], image_size, cfg.classifier.head, train_set.num_classes)
 
         sweep = {}
-        if cfg.finetune.sweep_lrs:
-            sweep = sweep_learning_rates(session, cfg, lambda: classifier(fresh_encoder()), train_set,
-                                         image_view(cfg.data, image_size, augment=False))
+        if sweep_images is not None:
+            logger.info("sweep: learning rates %s, each trained on %d of the training images and scored on the %d "
+                        "held out, then the best on all of them", ", ".join(f"{lr:g}" for lr in cfg.finetune.sweep_lrs),
+                        len(sweep_images[0]), len(sweep_images[1]))
+            sweep = sweep_learning_rates(session, cfg, lambda: classifier(fresh_encoder()), sweep_images)
             trainer = trainer_at(max(sweep, key=sweep.get))  # the best rate, on all images
             logger.info("sweep: holdout %s %s; training with lr %g on all %d training images",
                         cfg.finetune.sweep_score.replace("_", " "),

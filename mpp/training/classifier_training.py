@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from mpp.config.runs import FinetuneRunConfig
 from mpp.data.image_dataset import ImageDataset
-from mpp.data.loading import build_loader, prepare_loader
+from mpp.data.loading import build_loader, check_batch_fits, prepare_loader
 from mpp.data.subsets import holdout_split
 from mpp.data.transforms import ImageView
 from mpp.errors import ConfigError, DataError
@@ -86,17 +86,31 @@ def chosen_learning_rate(run_dir: Path) -> float:
     return float(metrics["chosen_lr"])
 
 
-def sweep_learning_rates(session: Session, config: FinetuneRunConfig, fresh_model: Callable[[], ImageClassifier],
-                         train_set: ImageDataset, eval_view: ImageView) -> dict[float, float]:
-    """The held-out score (``finetune.sweep_score``) of each learning rate of ``config.finetune.sweep_lrs`` (App.
-    B.1.1): each trains a ``fresh_model()`` on ``train_set`` less a seeded slice of it and is scored on that slice,
-    seen through ``eval_view`` (the averaged weights' score when the run averages). Each point is a run of its own in
-    ``<run>/sweep/lr_<lr>``; a finished one (its metrics.json) is read back when resuming."""
-    sweep = config.finetune
+def sweep_split(config: FinetuneRunConfig, train_set: Dataset, eval_view: ImageView, global_batch_size: int
+                ) -> tuple[ImageDataset, ImageDataset]:
+    """The learning-rate sweep's training images and its held-out slice of ``train_set`` (seeded by
+    ``data.subset_seed``), the slice seen through ``eval_view``; refused, before the run writes anything, where the
+    training images left would not fill one global batch."""
     if not isinstance(train_set, ImageDataset):
         raise DataError("a learning-rate sweep holds out part of the training images; it needs data.streaming=false")
-    kept, held_out = holdout_split(len(train_set), sweep.sweep_holdout_fraction, config.data.subset_seed)
-    sweep_train, holdout = train_set.subset(kept), train_set.subset(held_out, eval_view)
+    kept, held_out = holdout_split(len(train_set), config.finetune.sweep_holdout_fraction, config.data.subset_seed)
+    sweep_train = train_set.subset(kept)
+    try:
+        check_batch_fits(sweep_train, global_batch_size)
+    except DataError as error:
+        raise DataError(f"the learning-rate sweep holds out finetune.sweep_holdout_fraction="
+                        f"{config.finetune.sweep_holdout_fraction:g} of the training images: {error}") from None
+    return sweep_train, train_set.subset(held_out, eval_view)
+
+
+def sweep_learning_rates(session: Session, config: FinetuneRunConfig, fresh_model: Callable[[], ImageClassifier],
+                         split: tuple[ImageDataset, ImageDataset]) -> dict[float, float]:
+    """The held-out score (``finetune.sweep_score``) of each learning rate of ``config.finetune.sweep_lrs`` (App.
+    B.1.1): each trains a ``fresh_model()`` on the sweep's training images and is scored on its held-out slice
+    (``sweep_split``; the averaged weights' score when the run averages). Each point is a run of its own in
+    ``<run>/sweep/lr_<lr>``; a finished one (its metrics.json) is read back when resuming."""
+    sweep = config.finetune
+    sweep_train, holdout = split
     score = f"holdout_{sweep.sweep_score}" + ("_averaged" if sweep.ema_decay else "")
     scores = {}
     for lr in sweep.sweep_lrs:
