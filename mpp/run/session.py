@@ -116,14 +116,21 @@ def is_collective_failure(error: BaseException) -> bool:
     return isinstance(error, torch.distributed.DistError) or (isinstance(error, RuntimeError) and "gloo" in str(error))
 
 
-def warn_of_gpu_settings_on_a_cpu(runtime: RuntimeConfig, device_type: str) -> None:
+# The CPU preset each kind of run (its directory's prefix) has for the user's own images; the evaluations share one.
+CPU_PRESETS = {"mpp": "mpp_own_images_cpu.yaml", "finetune": "finetune_own_images_cpu.yaml",
+               "supervised": "supervised_tiny_cpu.yaml"}
+
+
+def warn_of_gpu_settings_on_a_cpu(runtime: RuntimeConfig, device_type: str, prefix: str) -> None:
     """One line where a run on a CPU asks for what only pays on a GPU: bf16 autocast (emulated, slower than fp32 on
-    most CPUs) or torch.compile (minutes of compilation before the first step)."""
+    most CPUs) or torch.compile (minutes of compilation before the first step); it names the CPU preset of its kind
+    of run (``prefix``)."""
     asked = [setting for setting, on in (("mixed_precision=bf16", runtime.mixed_precision == "bf16"),
                                          ("compile=true", runtime.compile)) if on]
     if device_type == "cpu" and asked:
-        logger.warning("this run asks for %s, a GPU's settings, on a CPU: it will be slow; a *_cpu.yaml preset "
-                       "(recipes/configs/, e.g. mpp_tiny_cpu.yaml) is sized for a CPU", " and ".join(asked))
+        logger.warning("this run asks for %s, a GPU's settings, on a CPU: it will be slow; "
+                       "--config recipes/configs/%s is sized for a CPU", " and ".join(asked),
+                       CPU_PRESETS.get(prefix, "eval_own_images_cpu.yaml"))
 
 
 class Session:
@@ -138,7 +145,7 @@ class Session:
         self.accelerator = create_accelerator(runtime, config.seed, config.output_dir)
         check_joined(self.accelerator)
         configure_logging()
-        warn_of_gpu_settings_on_a_cpu(runtime, self.accelerator.device.type)
+        warn_of_gpu_settings_on_a_cpu(runtime, self.accelerator.device.type, prefix)
         self.run_dir = resolve_output_dir(config.output_dir, prefix, getattr(config, "resume", "") == "auto")
         set_seed(config.seed)
         self.threads = set_cpu_threads(self.accelerator, runtime.cpu_threads)

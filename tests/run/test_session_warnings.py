@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+
 from mpp.config.training import TrainConfig
 from mpp.run.session import warn_of_gpu_settings_on_a_cpu
+from tests.launching import ROOT
 
 
-def test_bf16_or_compile_on_a_cpu_is_warned_of_in_one_line_naming_a_cpu_preset(caplog):
+@pytest.mark.parametrize("prefix", ["mpp", "supervised", "finetune", "linear-probe", "knn", "few-shot", "inspect"])
+def test_bf16_or_compile_on_a_cpu_is_warned_of_in_one_line_naming_the_cpu_preset_of_that_run(caplog, prefix):
     with caplog.at_level(logging.WARNING, logger="mpp.run.session"):
-        warn_of_gpu_settings_on_a_cpu(TrainConfig(mixed_precision="bf16", compile=True), "cpu")
-        warn_of_gpu_settings_on_a_cpu(TrainConfig(mixed_precision="bf16", compile=True), "cuda")  # where they pay
-        warn_of_gpu_settings_on_a_cpu(TrainConfig(), "cpu")  # fp32, eager: a CPU's own settings
-    assert [record.getMessage() for record in caplog.records] == [
-        "this run asks for mixed_precision=bf16 and compile=true, a GPU's settings, on a CPU: it will be slow; a "
-        "*_cpu.yaml preset (recipes/configs/, e.g. mpp_tiny_cpu.yaml) is sized for a CPU"]
+        warn_of_gpu_settings_on_a_cpu(TrainConfig(mixed_precision="bf16", compile=True), "cpu", prefix)
+        warn_of_gpu_settings_on_a_cpu(TrainConfig(mixed_precision="bf16", compile=True), "cuda", prefix)  # they pay
+        warn_of_gpu_settings_on_a_cpu(TrainConfig(), "cpu", prefix)  # fp32, eager: a CPU's own settings
+    (message,) = [record.getMessage() for record in caplog.records]
+    assert message.startswith("this run asks for mixed_precision=bf16 and compile=true, a GPU's settings, on a CPU: "
+                              "it will be slow; --config recipes/configs/")
+    preset = ROOT / message.split("--config ")[1].split()[0]
+    kind = {"mpp": "mpp", "supervised": "supervised", "finetune": "finetune"}.get(prefix, "eval")
+    assert preset.is_file() and preset.stem.startswith(f"{kind}_") and preset.stem.endswith("_cpu"), message
