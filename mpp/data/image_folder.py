@@ -97,6 +97,13 @@ class ImageFolderSource(FileSource):
         seen: set[str] = set()  # resolved paths: a file linked into two classes is read once, in the first
         scans = [image_files(root / name, seen) for name in present]
         report_passed_over(root, scans)
+        beside = [] if present == ["."] else [
+            entry.name for entry in os.scandir(root) if entry.is_file() and Path(entry.name).suffix.lower() in
+            IMAGE_EXTENSIONS]
+        if beside:  # a class is a sub-folder: files beside them belong to none
+            logger.warning("image folder %s holds %d image file(s) beside its class sub-folders (e.g. %s), left out: "
+                           "move them into a sub-folder (pre-training reads every sub-folder, whatever its name)",
+                           root, len(beside), sorted(beside)[0])
         for name, scan in zip(present, scans, strict=True):
             found = scan.files
             self.files += found

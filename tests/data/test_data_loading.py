@@ -207,3 +207,18 @@ def test_a_flat_folder_of_images_is_one_class_named_after_it(tmp_path):
         Image.new("RGB", (6, 5), (i, 0, 0)).save(flat / f"{i}.png")
     dataset = build_dataset(DataConfig(source=f"folder:{flat}"), "train", 4, channels=3, augment=False)
     assert len(dataset) == 3 and dataset.class_names == ("my-drawings",) and dataset.labels.tolist() == [0, 0, 0]
+
+
+def test_images_beside_class_sub_folders_are_said_to_be_left_out(tmp_path, caplog):
+    root = tmp_path / "mixed"
+    (root / "cats").mkdir(parents=True)
+    for i in range(2):
+        Image.new("RGB", (6, 5), (i, 0, 0)).save(root / "cats" / f"{i}.png")
+    Image.new("RGB", (6, 5), (9, 0, 0)).save(root / "loose.png")
+    (root / "notes.txt").write_text("not an image")
+    with caplog.at_level(logging.WARNING, logger="mpp.data.image_folder"):
+        dataset = build_dataset(DataConfig(source=f"folder:{root}"), "train", 4, channels=3, augment=False)
+    assert len(dataset) == 2
+    assert [record.getMessage() for record in caplog.records] == [
+        f"image folder {root} holds 1 image file(s) beside its class sub-folders (e.g. loose.png), left out: move "
+        "them into a sub-folder (pre-training reads every sub-folder, whatever its name)"]
