@@ -6,12 +6,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from accelerate import notebook_launcher
 from accelerate.state import is_initialized
 from PIL import Image
 
@@ -160,19 +160,38 @@ def test_pretrain_finetune_evaluate_one_after_another_in_this_process(tmp_path, 
     assert not [handler for handler in logging.getLogger().handlers if isinstance(handler, logging.FileHandler)]
 
 
-def pretrain_then_probe(data: dict[str, str], out: Path) -> None:
-    """What a notebook hands notebook_launcher: two runs, one after the other, in each process."""
-    pre = mpp.pretrain(output_dir=out / "pre", data=data, **TINY, **NO_MONITORS)
-    mpp.evaluate(init=pre.run_dir, output_dir=out / "knn", data=data, protocol="knn", knn={"k": 3}, model=ENCODER)
+NOTEBOOK = """
+import json
+import sys
+from pathlib import Path
+
+from accelerate import notebook_launcher
+
+import mpp
+
+data, tiny, no_monitors, encoder = (json.loads(argument) for argument in sys.argv[1:5])
+
+
+def pretrain_then_probe(data, out):
+    pre = mpp.pretrain(output_dir=out / "pre", data=data, **tiny, **no_monitors)
+    mpp.evaluate(init=pre.run_dir, output_dir=out / "knn", data=data, protocol="knn", knn={"k": 3}, model=encoder)
+
+
+notebook_launcher(pretrain_then_probe, args=(data, Path(sys.argv[5])), num_processes=2, use_port=sys.argv[6])
+"""
 
 
 @pytest.mark.slow
-@pytest.mark.cpu_only("two gloo processes forked from this one")
+@pytest.mark.cpu_only("two gloo processes forked from a fresh one")
 def test_notebook_launcher_runs_two_processes_on_the_cpu(tmp_path, folders):
-    notebook_launcher(pretrain_then_probe, args=(folders, tmp_path), num_processes=2, use_port=str(free_port()))
+    # A process of its own, as a fresh notebook's kernel: torch's autograd cannot run in a process forked from one
+    # that has trained, as this test process may have.
+    script = tmp_path / "notebook.py"
+    script.write_text(NOTEBOOK)
+    subprocess.run([sys.executable, str(script), *(json.dumps(part) for part in (folders, TINY, NO_MONITORS, ENCODER)),
+                    str(tmp_path), str(free_port())], check=True, cwd=ROOT, timeout=600)
     pre = json.loads((tmp_path / "pre" / "metrics.json").read_text())
     assert pre["num_processes"] == 2 and pre["step"] == 4 and pre["backend"]["distributed_type"] == "MULTI_CPU"
     assert (tmp_path / "pre" / "export" / "model.safetensors").is_file()
     knn = json.loads((tmp_path / "knn" / "metrics.json").read_text())
     assert knn["backend"]["distributed_type"] == "MULTI_CPU" and knn["test_images"] == 8
-    assert not is_initialized()  # the launcher's processes were forked: this one made no Accelerator

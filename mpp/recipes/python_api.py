@@ -185,7 +185,8 @@ def _run(recipe: Recipe, config: Optional[str | Path], overrides: dict[str, Any]
 def run_in_this_process() -> Iterator[None]:
     """A run in a process that goes on after it (a notebook's): afterwards the run's log file is closed, and
     accelerate's process-wide state forgotten, so that the next run makes its own Accelerator (with its own
-    precision) and ``notebook_launcher``, which refuses to start where an Accelerator was made, can follow."""
+    precision). ``notebook_launcher`` still wants a process that has not trained: autograd cannot run in a process
+    forked from one that has."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # one of a launcher's processes: its runs share one group
         leave_process_group_to_launcher()
     root = logging.getLogger()
