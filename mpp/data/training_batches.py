@@ -31,8 +31,10 @@ class TrainingBatches:
     optimizer step is ``accumulation_steps`` passes), read as ``data`` says; ``close`` ends the loader's workers."""
 
     def __init__(self, accelerator: Accelerator, dataset: Dataset, loader: DataLoader, start: int,
-                 data: Optional[DataConfig] = None) -> None:
-        self.accelerator, self.dataset, self.data, self.workers = accelerator, dataset, data, loader.num_workers
+                 data: Optional[DataConfig] = None, workers: int = 0) -> None:
+        # workers: the loader's worker processes, read before accelerate's prepare wraps it (an XLA device loader
+        # has no num_workers)
+        self.accelerator, self.dataset, self.data, self.workers = accelerator, dataset, data, workers
         self.batches = self.endless(loader, start)
 
     def endless(self, loader: DataLoader, start: int) -> Iterator[Any]:
@@ -82,4 +84,4 @@ def training_batches(accelerator: Accelerator, dataset: Dataset, micro_batch_siz
     loader = build_training_loader(dataset, micro_batch_size, cfg, seed, accelerator.num_processes,
                                    accelerator.process_index, accelerator.device.type, local_processes(accelerator),
                                    start, accumulation_steps)
-    return TrainingBatches(accelerator, dataset, move_to_device(accelerator, loader), start, cfg)
+    return TrainingBatches(accelerator, dataset, move_to_device(accelerator, loader), start, cfg, loader.num_workers)

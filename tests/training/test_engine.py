@@ -205,3 +205,17 @@ def test_a_loop_that_waits_little_for_data_says_nothing(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="mpp")
     metrics = train_timed(tmp_path, load_seconds=0.0, step_seconds=0.02, log_every=4)
     assert not waiting_warnings(caplog) and metrics["data_wait_share"] < 0.5
+
+
+def test_the_loading_advice_counts_the_workers_the_run_loads_in():
+    # The count is read before accelerate's prepare wraps the loader (an XLA device loader has no num_workers).
+    from mpp.config.data import DataConfig
+    from mpp.data.loading import build_dataset
+    from mpp.data.training_batches import training_batches
+
+    accelerator = Accelerator(cpu=USE_CPU)
+    dataset = build_dataset(DataConfig(), "train", 16, channels=3, augment=False)
+    for workers in (0, 2):
+        batches = training_batches(accelerator, dataset, 4, 1, DataConfig(num_workers=workers), seed=0)
+        assert f"load in more worker processes (data.num_workers, {workers} now)" in batches.loading_advice()
+        batches.close()
