@@ -3,6 +3,7 @@ processes on this CPU-only machine."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import socket
@@ -10,6 +11,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
+from PIL import Image
 
 from devices import USE_CPU
 
@@ -83,3 +87,28 @@ def training_process(launcher: subprocess.Popen, rank: int | None = None) -> int
         if parent == launcher.pid and (rank is None or f"RANK={rank}".encode() in environment):
             return int(stat.parent.name)
     raise AssertionError(f"no training process of rank {rank} under launcher {launcher.pid}")
+
+
+def load_script(script: Path, name: str):
+    """A recipe script imported as module ``name``, ``sys.path`` as it was before (the recipes take their own folder
+    off it)."""
+    spec = importlib.util.spec_from_file_location(name, script)
+    module = importlib.util.module_from_spec(spec)
+    saved_path = list(sys.path)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path[:] = saved_path
+    return module
+
+
+def write_two_noise_classes(root: Path, counts: dict[str, int]) -> None:
+    """``root/<split>/{bright,dark}/<i>.png``: 16x16 noise about a bright and a dark level, ``counts[split]`` images
+    per class, seeded."""
+    rng = np.random.default_rng(0)
+    for split, count in counts.items():
+        for name, level in (("bright", 0.7), ("dark", 0.3)):
+            (root / split / name).mkdir(parents=True)
+            for index in range(count):
+                pixels = np.clip(level + 0.15 * rng.standard_normal((16, 16, 3)), 0, 1)
+                Image.fromarray((pixels * 255).astype(np.uint8)).save(root / split / name / f"{index}.png")

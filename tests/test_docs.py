@@ -32,6 +32,7 @@ import pytest
 from mpp.config.building import config_keys, parse_command_line
 from mpp.errors import ConfigError
 from mpp.experiments.publishing import percent
+from tests.launching import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -146,13 +147,7 @@ def key_annotations(config_class: type, prefix: str = "") -> dict[str, Any]:
 
 def check_recipe(script: Path, arguments: tuple[str, ...]) -> None:
     """The script's own ``cli`` parses ``arguments`` into its config; ``run_recipe`` is replaced so nothing runs."""
-    spec = importlib.util.spec_from_file_location(f"docs_check_{script.stem}", script)
-    module = importlib.util.module_from_spec(spec)
-    saved_path = list(sys.path)
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path[:] = saved_path  # the recipes take their own folder off sys.path
+    module = load_script(script, f"docs_check_{script.stem}")
     arguments = list(arguments)
     if "--config" in arguments:
         at = arguments.index("--config")

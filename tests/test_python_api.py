@@ -3,17 +3,14 @@ rather than exits, runs one after another in one process, and two processes unde
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import logging
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 from accelerate.state import is_initialized
-from PIL import Image
 
 import mpp
 from devices import USE_CPU
@@ -21,7 +18,7 @@ from mpp.config.building import build_config
 from mpp.config.runs import FinetuneRunConfig, MPPRunConfig
 from mpp.errors import ConfigError, DataError, RunError
 from mpp.recipes.python_api import EVALUATIONS, FINE_TUNING, PRE_TRAINING, override_arguments, preset_path
-from tests.launching import ROOT, free_port
+from tests.launching import ROOT, free_port, load_script, write_two_noise_classes
 
 ENCODER = {"img_size": 16, "patch_size": 4, "embed_dim": 32, "depth": 2, "num_heads": 2}
 TINY = {"model": ENCODER, "train": {"global_batch_size": 8, "warmup_steps": 1, "log_every": 2, "checkpoint_every": 4,
@@ -40,13 +37,7 @@ def device(monkeypatch):
 def folders(tmp_path_factory) -> dict[str, str]:
     """Two classes of 16x16 noise, dark and bright, 8 training and 4 test images each, as data overrides."""
     root = tmp_path_factory.mktemp("folders")
-    rng = np.random.default_rng(0)
-    for split, count in (("train", 8), ("test", 4)):
-        for name, level in (("bright", 0.7), ("dark", 0.3)):
-            (root / split / name).mkdir(parents=True)
-            for index in range(count):
-                pixels = np.clip(level + 0.15 * rng.standard_normal((16, 16, 3)), 0, 1)
-                Image.fromarray((pixels * 255).astype(np.uint8)).save(root / split / name / f"{index}.png")
+    write_two_noise_classes(root, {"train": 8, "test": 4})
     return {"source": f"folder:{root / 'train'}", "eval_folder": str(root / "test"), "shots_per_class": 0}
 
 
@@ -91,17 +82,6 @@ def test_a_preset_is_a_file_or_the_name_of_one_beside_the_default():
     assert cfg.train.steps == 200  # the named preset was read
 
 
-def load_script(script: Path):
-    spec = importlib.util.spec_from_file_location(f"python_api_check_{script.stem}", script)
-    module = importlib.util.module_from_spec(spec)
-    saved_path = list(sys.path)
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path[:] = saved_path  # the recipes take their own folder off sys.path
-    return module
-
-
 SCRIPTS = {"recipes/mpp.py": PRE_TRAINING["mpp"], "recipes/supervised.py": PRE_TRAINING["supervised"],
            "recipes/finetune.py": FINE_TUNING, "eval/linear_probe.py": EVALUATIONS["linear_probe"],
            "eval/knn.py": EVALUATIONS["knn"], "eval/few_shot.py": EVALUATIONS["few_shot"],
@@ -111,7 +91,7 @@ SCRIPTS = {"recipes/mpp.py": PRE_TRAINING["mpp"], "recipes/supervised.py": PRE_T
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_each_script_runs_the_function_python_calls_with_the_same_default_preset(script, monkeypatch):
     recipe = SCRIPTS[script]
-    module = load_script(ROOT / script)
+    module = load_script(ROOT / script, f"python_api_check_{Path(script).stem}")
     called = {}
     monkeypatch.setattr(module, "run_recipe", lambda run, config_class, preset, description: called.update(
         run=run, config_class=config_class, preset=preset))

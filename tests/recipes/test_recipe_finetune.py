@@ -7,13 +7,11 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 from safetensors.torch import load_file
 
-from tests.launching import ROOT, TINY, launch
+from tests.launching import ROOT, TINY, launch, write_two_noise_classes
 
 pytestmark = pytest.mark.slow  # every test here launches a recipe or trains (pytest -m "not slow" leaves them out)
 
@@ -26,13 +24,7 @@ def folders(tmp_path_factory) -> list[str]:
     """A two-class image folder (dark and bright 16x16 noise), 16 training and 6 test images per class, as the
     data overrides of a classifier run."""
     root = tmp_path_factory.mktemp("folders")
-    rng = np.random.default_rng(0)
-    for split, count in (("train", 16), ("test", 6)):
-        for name, level in (("bright", 0.7), ("dark", 0.3)):
-            (root / split / name).mkdir(parents=True)
-            for i in range(count):
-                pixels = np.clip(level + 0.15 * rng.standard_normal((16, 16, 3)), 0, 1)
-                Image.fromarray((pixels * 255).astype(np.uint8)).save(root / split / name / f"{i}.png")
+    write_two_noise_classes(root, {"train": 16, "test": 6})
     return [f"data.source=folder:{root / 'train'}", f"data.eval_folder={root / 'test'}", "data.shots_per_class=0"]
 
 
