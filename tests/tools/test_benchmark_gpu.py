@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from launching import ROOT
-from tools.gpu import (PLAN_COSTS, REPRODUCTIONS, RESULTS_JSON, RESULTS_MARKDOWN, STAGES, dry_run_plan,
+from tools.gpu import (GRACE_S, PLAN_COSTS, REPRODUCTIONS, RESULTS_JSON, RESULTS_MARKDOWN, STAGES, dry_run_plan,
                        fitting_batch, gpu_plan, junit_outcomes, loader_cores_for, main, reproduction_figures, run,
                        summary)
 
@@ -38,8 +38,11 @@ def test_the_dry_run_goes_through_every_stage_and_writes_json_and_markdown(tmp_p
     assert main(["--dry-run", "--out", str(out), "--stages", "reproduce", "--limit", "reproduce=40"]) == 0
     stopped = json.loads((out / RESULTS_JSON).read_text())["reproduce"]
     assert stopped["status"] == "stopped" and "run the stage again to continue" in stopped["why"]
+    # Each stage ends by its own time limit, so the test waits for them all: a shorter wait of its own would fail a
+    # dry run slowed by the tests running beside it (two toy reproduction runs at a time on two cores).
+    limits_s = sum(dry_run_plan().limits_s.values()) + GRACE_S * len(STAGES)
     result = subprocess.run([sys.executable, "-m", "tools.gpu", "--dry-run", "--out", str(out)],
-                            cwd=ROOT, capture_output=True, text=True, timeout=900)
+                            cwd=ROOT, capture_output=True, text=True, timeout=limits_s + 60)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     results = json.loads((out / RESULTS_JSON).read_text())
     assert results["dry_run"] and results["device"] == "cpu"
