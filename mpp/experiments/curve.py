@@ -6,6 +6,10 @@ fitted to every training label and by few-shot ridge regression, through ``featu
 patch tokens, which MPP trains). The raw pixels are read the same way once, as the reference. The gain over
 initialisation at each length is a paired difference over the seeds with its 95% interval.
 
+With ``finetune_preset``, each length's encoder is also fine-tuned and met by a ViT from scratch trained as long; and
+because a fine-tuned gain alone does not say why it is absent, what fine-tuning kept of MPP's encoder is measured too:
+per block, the linear CKA of its features with MPP's own and with the scratch ViT's, and how far the weights moved.
+
 The runs are subprocesses of the recipes (``mpp.experiments.runner``), continued by running the same command again,
 with ``tables_only`` to rewrite the tables from results.json.
 """
@@ -18,24 +22,30 @@ from pathlib import Path
 from typing import Any
 
 from accelerate.utils import SAFE_WEIGHTS_NAME
+from timm.models.vision_transformer import VisionTransformer
 
-from mpp.config.runs import FewShotRunConfig, MPPRunConfig
+from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig
 from mpp.config.building import build_config
 from mpp.data.batch_order import steps_per_epoch
-from mpp.data.loading import build_dataset
+from mpp.data.loading import build_dataset, sample_images
 from mpp.errors import ConfigError
+from mpp.evaluation.representation_similarity import block_similarity, relative_weight_change
 from mpp.evaluation.statistics import describe_difference, paired_difference
 from mpp.experiments.class_balance import class_balance
 from mpp.experiments.config import PretrainingCurveConfig
-from mpp.experiments.publishing import Comparison, copy_to_publish_dir, holm_summary, percent, publish_table
+from mpp.experiments.publishing import (Comparison, copy_to_publish_dir, holm_summary, mean_std, percent,
+                                        publish_table)
 from mpp.experiments.runner import Run, at_first_seeds_rate, recipe_command, run_experiment
-from mpp.models.encoder import create_encoder
+from mpp.models.encoder import InputNormalisation, create_encoder
+from mpp.models.pretrained import fine_tuning_encoder, read_pretrained
 from mpp.run.directory import logged_scalars, read_metrics
 from mpp.training.checkpoint import checkpoint_path
 
 logger = logging.getLogger(__name__)
 PIXELS = "pixels"
 MODEL_FILE = SAFE_WEIGHTS_NAME  # the model's weights in an accelerate checkpoint
+SIMILARITY_IMAGES = 256  # test images every encoder's blocks are read on: one seeded sample for all of them
+SIMILARITY_SEED = 0
 
 
 def pretraining_steps_per_epoch(cfg: PretrainingCurveConfig) -> int:
@@ -118,11 +128,49 @@ def finetuning_runs(cfg: PretrainingCurveConfig, repository: Path, epoch_steps: 
     return scratch + finetuned
 
 
+def encoder_similarities(cfg: PretrainingCurveConfig, epoch_steps: int) -> tuple[dict[str, dict[str, list]], int]:
+    """What fine-tuning keeps of what MPP learned, per length, each a list over the seeds: per block, the linear CKA
+    between MPP's encoder at that length and the encoder fine-tuned from it (``kept_similarity``) and between that
+    fine-tuned encoder and the one trained from scratch as long (``similarity_to_scratch``); and fine-tuning's
+    relative weight change from MPP's (``weight_change``). Every encoder is read on the CPU in this process, on one
+    seeded sample of the test images (their number is returned too), normalised as the fine-tuning runs normalise
+    them, with the architecture the fine-tuning preset builds."""
+    output_dir = Path(cfg.output_dir)
+    run = build_config(FinetuneRunConfig, cfg.finetune_preset, (*cfg.data, *cfg.encoder, *cfg.finetune))
+
+    def encoder(weights: Path) -> VisionTransformer:
+        """The encoder in a checkpoint's weights, loaded as fine-tuning loads its init."""
+        return fine_tuning_encoder(run.model, read_pretrained(str(weights)))
+
+    def final_weights(name: str) -> Path:
+        """A finished training run's last checkpoint: it exports no encoder, and its last step is always kept."""
+        return checkpoint_path(output_dir / name, read_metrics(output_dir / name)["step"]) / MODEL_FILE
+
+    image_size = create_encoder(run.model).patch_embed.img_size[0]
+    test_set = build_dataset(run.data, "test", image_size, run.model.in_chans, augment=False)
+    raw = next(sample_images(test_set, SIMILARITY_IMAGES, SIMILARITY_SEED, batch_size=SIMILARITY_IMAGES))
+    # A checkpoint file records no normalisation, so fine-tuning and scratch both normalised with data.mean / .std.
+    images = InputNormalisation(run.data.mean, run.data.std, run.model.in_chans)(raw)
+    curve = {}
+    for epochs in cfg.epochs:
+        kept, to_scratch, change = [], [], []
+        for seed in cfg.seeds:
+            mpp = encoder(checkpoint_path(output_dir / f"pretrain/mpp-seed{seed}", epochs * epoch_steps) / MODEL_FILE)
+            tuned = encoder(final_weights(f"finetune/epoch{epochs}-seed{seed}"))
+            kept.append(block_similarity(mpp, tuned, images))
+            to_scratch.append(block_similarity(tuned, encoder(final_weights(f"scratch/epoch{epochs}-seed{seed}")),
+                                               images))
+            change.append(relative_weight_change(mpp.state_dict(), tuned.state_dict()))
+        curve[str(epochs)] = {"kept_similarity": kept, "similarity_to_scratch": to_scratch, "weight_change": change}
+    return curve, len(images)
+
+
 def finetuned_results(cfg: PretrainingCurveConfig, epoch_steps: int) -> dict[str, Any]:
     """Per length (in epochs of the pre-training images, with its steps): each seed's fine-tuned test accuracy and
     balanced accuracy, from MPP's encoder and from scratch trained as long, their learning rates and final training
-    accuracies; and MPP's own accuracy at that length (its training log's, over the epoch that ended there) beside
-    always predicting the most frequent colour."""
+    accuracies; MPP's own accuracy at that length (its training log's, over the epoch that ended there) beside
+    always predicting the most frequent colour; and what fine-tuning kept of MPP's encoder
+    (``encoder_similarities``)."""
     output_dir = Path(cfg.output_dir)
     pretraining = [output_dir / f"pretrain/mpp-seed{seed}" for seed in cfg.seeds]
     batch = [read_metrics(run)["global_batch_size"] for run in pretraining]
@@ -140,13 +188,17 @@ def finetuned_results(cfg: PretrainingCurveConfig, epoch_steps: int) -> dict[str
                             "steps": [run["step"] for run in runs],
                             "train_accuracy": [run["train_accuracy"] for run in runs]}
         curve[str(epochs)] = entry
+    similarities, images = encoder_similarities(cfg, epoch_steps)
+    for epochs, entry in curve.items():
+        entry.update(similarities[epochs])
     floor = [read_metrics(run)["mpp_accuracy_most_frequent_class"] for run in pretraining]
-    return {"finetuned": curve, "mpp_accuracy_most_frequent_class": floor}
+    return {"finetuned": curve, "similarity_images": images, "mpp_accuracy_most_frequent_class": floor}
 
 
 def finetuned_table(results: dict[str, Any]) -> str:
     """Markdown: at each pre-training length, MPP's accuracy against its floor, fine-tuned balanced accuracy from
-    MPP and from scratch trained as long (mean ± SD, in %), and MPP's gain with its 95% interval."""
+    MPP and from scratch trained as long (mean ± SD, in %), and MPP's gain with its 95% interval; then what
+    fine-tuning kept of MPP's encoder (``kept_table``)."""
     curve = results["finetuned"]
     floor = 100 * sum(results["mpp_accuracy_most_frequent_class"]) / len(results["mpp_accuracy_most_frequent_class"])
     lines = [f"| MPP pre-training ({len(results['seeds'])} seeds) | MPP accuracy (most frequent colour: {floor:.1f}) "
@@ -160,6 +212,35 @@ def finetuned_table(results: dict[str, Any]) -> str:
                      f"{percent(mpp) if mpp else '—'} | {percent(entry['finetune']['balanced_accuracy'])} | "
                      f"{percent(entry['scratch']['balanced_accuracy'])} | "
                      f"{percent(entry['scratch']['train_accuracy'])} | {describe_difference(gain, claimed=True)} |")
+    return "\n".join(lines) + "\n" + kept_table(results)
+
+
+def mean_sd(values: list[float], spec: str) -> str:
+    mean, std = mean_std(values)
+    return f"{mean:{spec}} ± {std:{spec}}"
+
+
+def kept_table(results: dict[str, Any]) -> str:
+    """Markdown, after a blank line: at each length, what fine-tuning kept of MPP's encoder (mean ± SD over the
+    seeds): the linear CKA of the first and the last block's features with MPP's own, the last block's with the ViT
+    from scratch, and the relative weight change in % (two significant digits, so a change far below 1% still
+    reads). Where fine-tuned MPP is not ahead of scratch, these say whether fine-tuning kept MPP's features (CKA near
+    1, a small change) or replaced them (the last block near scratch's). Empty for a results.json written before
+    they were measured (running the experiment's command again adds them)."""
+    curve = results["finetuned"]
+    if "kept_similarity" not in next(iter(curve.values())):
+        return ""
+    lines = ["", f"What fine-tuning keeps of MPP's encoder: linear CKA (1: the same features up to a rotation and "
+             f"scale; near 0: unrelated) of each block's mean patch token on {results['similarity_images']} test "
+             "images, and the weights' relative change ||θ fine-tuned - θ MPP|| / ||θ MPP|| in %:", "",
+             f"| MPP pre-training ({len(results['seeds'])} seeds) | Kept CKA, first block | Kept CKA, last block "
+             "| Last block's CKA to scratch | Weight change, % |", "|---|---:|---:|---:|---:|"]
+    for epochs, entry in curve.items():
+        kept, to_scratch = entry["kept_similarity"], entry["similarity_to_scratch"]
+        lines.append(f"| {length_label(epochs)} | {mean_sd([blocks[0] for blocks in kept], '.3f')} | "
+                     f"{mean_sd([blocks[-1] for blocks in kept], '.3f')} | "
+                     f"{mean_sd([blocks[-1] for blocks in to_scratch], '.3f')} | "
+                     f"{mean_sd([100 * change for change in entry['weight_change']], '.2g')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -10,13 +10,19 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
+from safetensors.torch import save_file
 
 from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, LinearProbeRunConfig, MPPRunConfig
 from mpp.config.building import build_config
 from mpp.errors import ConfigError
 from mpp.experiments.config import PretrainingCurveConfig
-from mpp.experiments.curve import curve_table, finetuned_table, plan_runs, pretraining_steps_per_epoch
+from mpp.experiments.curve import (curve_table, encoder_similarities, finetuned_table, plan_runs,
+                                   pretraining_steps_per_epoch)
+from mpp.models.encoder import create_encoder
+from mpp.run.directory import write_metrics
+from mpp.training.checkpoint import checkpoint_path
 from tests.launching import ROOT
 
 CONFIGS = ROOT / "recipes" / "configs"
@@ -108,8 +114,10 @@ def test_the_whole_curve_runs_writes_its_table_and_plot_and_a_rerun_redoes_nothi
     preset = tmp_path / "curve.yaml"
     page = tmp_path / "results.md"
     page.write_text("# Title\n<!-- results: curve -->\n<!-- /results: curve -->\n")
+    # Two blocks: what fine-tuning keeps is read per block, and the table reads the first and the last.
+    two_blocks = [override.replace("model.depth=1", "model.depth=2") for override in TINY["encoder"]]
     preset.write_text(yaml.safe_dump({**TINY, **FINETUNED, "seeds": [0, 1], "output_dir": str(tmp_path / "curve"),
-                                      "results_page": str(page)}))
+                                      "results_page": str(page), "encoder": two_blocks}))
     command = [sys.executable, str(ROOT / "recipes" / "pretraining_curve.py"), "--config", str(preset)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -124,8 +132,14 @@ def test_the_whole_curve_runs_writes_its_table_and_plot_and_a_rerun_redoes_nothi
         assert entry["epochs"] == int(epochs) and entry["pretraining_steps"] == 5 * int(epochs)
         assert entry["scratch"]["steps"] == [5 * int(epochs) + 4] * 2 and entry["finetune"]["steps"] == [4, 4]
         assert all(0 < value < 1 for value in entry["mpp_accuracy"])  # logged at the epoch's end
+        for similarity in ("kept_similarity", "similarity_to_scratch"):  # per seed, per block
+            assert [len(blocks) for blocks in entry[similarity]] == [2, 2]
+            assert all(0 <= value <= 1 for blocks in entry[similarity] for value in blocks)
+        assert len(entry["weight_change"]) == 2 and all(value >= 0 for value in entry["weight_change"])
+    assert results["similarity_images"] == 256
     table = (tmp_path / "curve" / "results.md").read_text()
     assert "Fine-tuned (exploratory):" in table and "| 2 epochs (10 steps) |" in table
+    assert "What fine-tuning keeps of MPP's encoder" in table and "| Weight change, % |" in table
     assert "| 2 epochs |" in table and f"<!-- results: curve -->\n{table}" in page.read_text()
     assert (tmp_path / "curve" / "pretraining_curve.png").read_bytes().startswith(b"\x89PNG")
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
@@ -166,7 +180,7 @@ def test_fine_tuned_the_encoder_at_each_length_meets_a_vit_from_scratch_trained_
         tiny_config(tmp_path, **{**FINETUNED, "finetune_steps": 0})
 
 
-def test_the_fine_tuned_table_reads_mpp_against_its_floor_and_its_gain_over_scratch_as_long():
+def test_the_fine_tuned_tables_read_mpp_against_its_floor_its_gain_over_scratch_and_what_fine_tuning_kept():
     def runs(balanced: list[float]) -> dict:
         return {"accuracy": balanced, "balanced_accuracy": balanced, "lr": [0.1, 0.1, 0.1], "steps": [9, 9, 9],
                 "train_accuracy": [0.9, 0.95, 1.0]}
@@ -179,6 +193,51 @@ def test_the_fine_tuned_table_reads_mpp_against_its_floor_and_its_gain_over_scra
     # Gains +10, +11, +12: mean 11, SD 1, 11 ± 4.303 / sqrt(3) = [+8.5, +13.5]; a seed without a log point left out.
     assert ("| 1 epoch (5 steps) | 25.0 ± 7.1 | 52.0 ± 2.0 | 41.0 ± 1.0 | 95.0 ± 5.0 | +11.0 [+8.5, +13.5], shown"
             in table)
+    assert "What fine-tuning keeps" not in table  # results.json written before it was measured: no such table
+
+    results["similarity_images"] = 256
+    results["finetuned"]["1"] |= {"kept_similarity": [[0.9, 0.5], [0.8, 0.4], [0.7, 0.3]],
+                                  "similarity_to_scratch": [[0.1, 0.6], [0.2, 0.7], [0.3, 0.8]],
+                                  "weight_change": [0.1, 0.2, 0.3]}
+    table = finetuned_table(results)
+    assert "of each block's mean patch token on 256 test images" in table
+    assert ("| MPP pre-training (3 seeds) | Kept CKA, first block | Kept CKA, last block | Last block's CKA to scratch "
+            "| Weight change, % |\n|---|---:|---:|---:|---:|\n| 1 epoch | 0.800 ± 0.100 | 0.400 ± 0.100 | "
+            "0.700 ± 0.100 | 20 ± 10 |\n") in table
+
+
+def test_what_fine_tuning_keeps_reads_the_mpp_checkpoint_against_each_runs_last_weights(tmp_path):
+    cfg = tiny_config(tmp_path, seeds=[3], **FINETUNED)
+    output_dir = Path(cfg.output_dir)
+    model = build_config(FinetuneRunConfig, cfg.finetune_preset, (*cfg.data, *cfg.encoder, *cfg.finetune)).model
+    head = {"head.weight": torch.zeros(10, 16), "head.bias": torch.zeros(10)}  # a classifier's, left out
+
+    def save(run: str, step: int, encoder: dict[str, torch.Tensor], others: dict[str, torch.Tensor]) -> None:
+        """A checkpoint's model.safetensors as the recipes write it: the encoder's weights under ``encoder.``."""
+        checkpoint_path(output_dir / run, step).mkdir(parents=True)
+        save_file({**{f"encoder.{name}": value.clone() for name, value in encoder.items()}, **others},
+                  checkpoint_path(output_dir / run, step) / "model.safetensors")
+        if not run.startswith("pretrain"):  # a finished run, its last step recorded
+            write_metrics(output_dir / run, {"step": step})
+
+    for epochs in (1, 2):  # 5 steps an epoch; the fine-tuning runs end at step 4, scratch's at 5 L + 4
+        mpp = create_encoder(model).state_dict()
+        save("pretrain/mpp-seed3", 5 * epochs, mpp, {"mask_embedding": torch.zeros(16)})
+        save("pretrain/mpp-seed3", 5 * epochs + 1, create_encoder(model).state_dict(), {})  # another step: not read
+        # Fine-tuning left the 1-epoch encoder as it was and scaled every weight of the 2-epoch one by 1.1; scratch
+        # ended at another initialisation, and at 2 epochs at that fine-tuned encoder itself.
+        tuned = mpp if epochs == 1 else {name: 1.1 * value for name, value in mpp.items()}
+        save(f"finetune/epoch{epochs}-seed3", 4, tuned, head)
+        save(f"scratch/epoch{epochs}-seed3", 5 * epochs + 4, create_encoder(model).state_dict() if epochs == 1
+             else tuned, head)
+    similarities, images = encoder_similarities(cfg, 5)
+    assert images == 256
+    assert similarities["1"]["kept_similarity"] == [[pytest.approx(1, abs=1e-9)]]  # one block, one seed
+    assert similarities["1"]["weight_change"] == [0]
+    assert similarities["1"]["similarity_to_scratch"][0][0] < 0.95  # another initialisation: 0.85
+    assert similarities["2"]["kept_similarity"][0][0] < 1 - 1e-6  # MPP's weights scaled, through layer norms
+    assert similarities["2"]["weight_change"] == [pytest.approx(0.1, abs=1e-6)]
+    assert similarities["2"]["similarity_to_scratch"] == [[pytest.approx(1, abs=1e-9)]]
 
 
 def synthetic_curve(balanced_like_plain: bool, largest_class: float) -> dict:
