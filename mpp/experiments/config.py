@@ -137,11 +137,14 @@ class ReproductionConfig(ExperimentConfig):
 @dataclass
 class PretrainingCurveConfig(ExperimentConfig):
     """recipes/pretraining_curve.py: frozen-feature quality as MPP pre-training grows. One MPP run per seed, of
-    ``max(epochs)`` epochs, checkpointed every epoch; the encoder at initialisation and at each checkpoint of
+    ``pretraining_epochs`` epochs, checkpointed every epoch; the encoder at initialisation and at each checkpoint of
     ``epochs`` read by the linear probe on every training label and by few-shot regression."""
 
     output_dir: str = "runs/pretraining-curve"  # one folder per run inside, then results.md, results.json and the plot
     epochs: tuple[int, ...] = (1, 2, 4, 8, 16)  # the checkpoints read, besides the encoder at initialisation
+    # Each seed's MPP run, in epochs (0: the last of ``epochs``). Set apart from ``epochs``, a curve read at a few
+    # lengths first may be read at more of the same runs' checkpoints later: ``epochs`` may change when it continues.
+    pretraining_epochs: int = 0
     features: Pooling = "avg"  # what the frozen protocols read: MPP trains the patch tokens, not the [class] token
     # Fine-tuned, besides (none: frozen readings only): the encoder at each length fine-tuned with this preset, and a
     # ViT from scratch trained as many steps as that length's pre-training and the fine-tuning together, by the same
@@ -161,3 +164,8 @@ class PretrainingCurveConfig(ExperimentConfig):
                               "the runs from scratch train as many more")
         if not self.epochs or list(self.epochs) != sorted(set(self.epochs)) or self.epochs[0] < 1:
             raise ConfigError(f"epochs={list(self.epochs)} must list whole epochs from 1 up, each once, in order")
+        self.pretraining_epochs = self.pretraining_epochs or self.epochs[-1]
+        if self.epochs[-1] > self.pretraining_epochs:
+            raise ConfigError(f"epochs={list(self.epochs)} reads checkpoints after {self.epochs[-1]} epochs of MPP "
+                              f"runs of pretraining_epochs={self.pretraining_epochs}: set pretraining_epochs to "
+                              f"{self.epochs[-1]} or more, or read shorter lengths")

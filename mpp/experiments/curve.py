@@ -1,6 +1,6 @@
 """Frozen-feature quality as MPP pre-training grows: the first thing a reader asks of a self-supervised method.
 
-Per seed, one MPP pre-training run of ``max(epochs)`` epochs keeps a checkpoint at every epoch; the encoder at
+Per seed, one MPP pre-training run of ``pretraining_epochs`` epochs keeps a checkpoint at every epoch; the encoder at
 initialisation (the same seed's random encoder) and at each epoch of ``epochs`` are read frozen, by the linear probe
 fitted to every training label and by few-shot ridge regression, through ``features`` (by default the mean of the
 patch tokens, which MPP trains). The raw pixels are read the same way once, as the reference. The gain over
@@ -72,7 +72,7 @@ def plan_runs(cfg: PretrainingCurveConfig, repository: Path, epoch_steps: int) -
     evaluation of one encoder shares a feature cache."""
     output_dir = Path(cfg.output_dir)
     cache = f"eval.feature_cache={output_dir / 'feature-cache'}"
-    last = cfg.epochs[-1]
+    last = cfg.pretraining_epochs
     # Fine-tuned readings need MPP's own accuracy at each length: a log step at every epoch's end.
     logged = (f"train.log_every={epoch_steps}",) if cfg.finetune_preset else ()
     pretraining = (*cfg.data, *cfg.encoder, *cfg.mpp, *logged, f"train.steps={last * epoch_steps}",

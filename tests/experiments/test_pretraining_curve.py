@@ -18,6 +18,7 @@ from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, LinearProbeRunC
 from mpp.config.building import build_config
 from mpp.errors import ConfigError
 from mpp.experiments.config import PretrainingCurveConfig
+from mpp.experiments.runner import claim_experiment
 from mpp.experiments.curve import (curve_table, encoder_similarities, finetuned_table, plan_runs,
                                    pretraining_steps_per_epoch)
 from mpp.models.encoder import create_encoder
@@ -75,6 +76,21 @@ def test_one_pre_training_run_per_seed_is_read_at_initialisation_and_at_each_epo
             assert config.eval.feature_cache == f"{cfg.output_dir}/feature-cache"
     with pytest.raises(ConfigError, match="epochs=\\[2, 1\\] must list whole epochs"):
         tiny_config(tmp_path, epochs=[2, 1])
+
+
+def test_a_curve_read_at_a_few_lengths_continues_at_more_checkpoints_of_the_same_pre_training_runs(tmp_path):
+    cfg = tiny_config(tmp_path, epochs=[1], pretraining_epochs=4)
+    pretraining = plan_runs(cfg, ROOT, 5)[0]
+    mpp = build_config(MPPRunConfig, pretraining.command[3], pretraining.command[4:])
+    assert (mpp.train.steps, mpp.train.keep_checkpoints) == (20, 5)  # 4 epochs of 5 steps, every epoch's checkpoint
+    claim_experiment(cfg)
+    longer = tiny_config(tmp_path, epochs=[1, 2, 4], pretraining_epochs=4)
+    claim_experiment(longer)  # more lengths of the same runs: continued
+    assert plan_runs(longer, ROOT, 5)[0].command == pretraining.command
+    with pytest.raises(ConfigError, match="holds an experiment with other settings"):
+        claim_experiment(tiny_config(tmp_path, epochs=[1, 2]))  # runs of 2 epochs: others
+    with pytest.raises(ConfigError, match="pretraining_epochs=4: set pretraining_epochs to 8 or more"):
+        tiny_config(tmp_path, epochs=[1, 8], pretraining_epochs=4)
 
 
 def test_the_table_reads_every_length_and_the_gain_over_initialisation_with_its_interval():
