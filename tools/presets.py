@@ -149,7 +149,12 @@ def experiment_row(preset: Path, published: Path = Path("results")) -> str:
     if not results.is_file():
         return f"| `{preset.name}` | {purpose} | {len(run.seeds)} | not run | - |"
     measured = json.loads(results.read_text())
-    if kind == "curve":
+    if kind == "curve" and "finetuned" in measured:  # the fine-tuned gain is what such a curve is for
+        epochs, longest = list(measured["finetuned"].items())[-1]
+        summary = (f"fine-tuned test balanced accuracy after {epochs} epochs, mean ± SD over the seeds: from MPP: "
+                   f"{mean_and_sd(longest['finetune']['balanced_accuracy'])}; from scratch as long: "
+                   f"{mean_and_sd(longest['scratch']['balanced_accuracy'])}")
+    elif kind == "curve":
         ends = {epochs: measured["curve"][epochs]["linear_probe"] for epochs in ("0", list(measured["curve"])[-1])}
         summary = ("linear probe accuracy, mean ± SD over the seeds: "
                    + "; ".join(f"{epochs} epochs: {mean_and_sd(values)}" for epochs, values in ends.items()))
