@@ -207,10 +207,11 @@ def test_sigterm_starts_no_more_runs_and_passes_the_signal_on_to_the_runs_under_
                   f"Run('c', 'finetune', (sys.executable, '-c', 'pass'), 'a')]; "
                   f"execute(runs, root, parallel_runs=1)")
     process = subprocess.Popen([sys.executable, "-c", experiment], cwd=ROOT, stderr=subprocess.PIPE, text=True)
-    for _ in range(300):
+    for _ in range(1200):  # up to 2 minutes: the experiment's imports alone took over 30 s on two busy cores
         if (tmp_path / "a").is_file():
             break
         time.sleep(0.1)
+    assert (tmp_path / "a").is_file(), "the first run never started"
     process.send_signal(signal.SIGTERM)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 1
