@@ -33,6 +33,7 @@ from mpp.evaluation.representation_similarity import block_similarity, relative_
 from mpp.evaluation.statistics import describe_difference, paired_difference
 from mpp.experiments.class_balance import class_balance
 from mpp.experiments.config import PretrainingCurveConfig
+from mpp.experiments.reproduction_tables import GRID_EDGE, learning_rates
 from mpp.experiments.publishing import (Comparison, copy_to_publish_dir, holm_summary, mean_std, percent,
                                         publish_table)
 from mpp.experiments.runner import Run, at_first_seeds_rate, recipe_command, run_experiment
@@ -185,6 +186,7 @@ def finetuned_results(cfg: PretrainingCurveConfig, epoch_steps: int) -> dict[str
             entry[start] = {"accuracy": [run["test_accuracy"] for run in runs],
                             "balanced_accuracy": [run["test_balanced_accuracy"] for run in runs],
                             "lr": [run["chosen_lr"] or run["lr"] for run in runs],
+                            "lr_grid": swept_grid(runs),
                             "steps": [run["step"] for run in runs],
                             "train_accuracy": [run["train_accuracy"] for run in runs]}
         curve[str(epochs)] = entry
@@ -195,6 +197,17 @@ def finetuned_results(cfg: PretrainingCurveConfig, epoch_steps: int) -> dict[str
     return {"finetuned": curve, "similarity_images": images, "mpp_accuracy_most_frequent_class": floor}
 
 
+def swept_grid(runs: list[dict[str, Any]]) -> list[float]:
+    """The learning rates a length's sweep tried (the first seed's alone with ``tune_once``; none without a sweep)."""
+    swept = next((run["sweep_holdout_balanced_accuracy"] for run in runs if run["sweep_holdout_balanced_accuracy"]), {})
+    return sorted(float(rate) for rate in swept)
+
+
+def chosen_rates(start: dict[str, Any]) -> str:
+    """The rates chosen, a grid edge marked (``learning_rates``); from a results.json without the grid, plain."""
+    return learning_rates(start["lr"], start.get("lr_grid", []))
+
+
 def finetuned_table(results: dict[str, Any]) -> str:
     """Markdown: at each pre-training length, MPP's accuracy against its floor, fine-tuned balanced accuracy from
     MPP and from scratch trained as long (mean ± SD, in %), and MPP's gain with its 95% interval; then what
@@ -203,7 +216,8 @@ def finetuned_table(results: dict[str, Any]) -> str:
     floor = 100 * sum(results["mpp_accuracy_most_frequent_class"]) / len(results["mpp_accuracy_most_frequent_class"])
     lines = [f"| MPP pre-training ({len(results['seeds'])} seeds) | MPP accuracy (most frequent colour: {floor:.1f}) "
              "| Fine-tuned from MPP, balanced | From scratch, as many steps, balanced | Scratch's final training "
-             "accuracy | MPP's fine-tuned gain, points |", "|---|---:|---:|---:|---:|---|"]
+             "accuracy | MPP's fine-tuned gain, points | Rates chosen, from MPP; from scratch |",
+             "|---|---:|---:|---:|---:|---|---|"]
     for epochs, entry in curve.items():
         gain = paired_difference(entry["finetune"]["balanced_accuracy"], entry["scratch"]["balanced_accuracy"],
                                  scale=100)
@@ -211,8 +225,12 @@ def finetuned_table(results: dict[str, Any]) -> str:
         lines.append(f"| {length_label(epochs)} ({entry['pretraining_steps']:,} steps) | "
                      f"{percent(mpp) if mpp else '—'} | {percent(entry['finetune']['balanced_accuracy'])} | "
                      f"{percent(entry['scratch']['balanced_accuracy'])} | "
-                     f"{percent(entry['scratch']['train_accuracy'])} | {describe_difference(gain, claimed=True)} |")
-    return "\n".join(lines) + "\n" + kept_table(results)
+                     f"{percent(entry['scratch']['train_accuracy'])} | {describe_difference(gain, claimed=True)} | "
+                     f"{chosen_rates(entry['finetune'])}; {chosen_rates(entry['scratch'])} |")
+    edges = GRID_EDGE in "\n".join(lines)
+    legend = (f"\n{GRID_EDGE}: the lowest or the highest rate of the grid its length swept, where a wider grid might "
+              "choose beyond it.\n") if edges else ""
+    return "\n".join(lines) + "\n" + legend + kept_table(results)
 
 
 def mean_sd(values: list[float], spec: str) -> str:
@@ -221,12 +239,11 @@ def mean_sd(values: list[float], spec: str) -> str:
 
 
 def kept_table(results: dict[str, Any]) -> str:
-    """Markdown, after a blank line: at each length, what fine-tuning kept of MPP's encoder (mean ± SD over the
-    seeds): the linear CKA of the first and the last block's features with MPP's own, the last block's with the ViT
-    from scratch, and the relative weight change in % (two significant digits, so a change far below 1% still
-    reads). Where fine-tuned MPP is not ahead of scratch, these say whether fine-tuning kept MPP's features (CKA near
-    1, a small change) or replaced them (the last block near scratch's). Empty for a results.json written before
-    they were measured (running the experiment's command again adds them)."""
+    """Markdown, after a blank line: at each length, what fine-tuning kept of MPP's encoder (mean ± SD over the seeds):
+    the linear CKA of the first and the last block's features with MPP's own, the last block's with the ViT from
+    scratch, and the relative weight change in %. Where fine-tuned MPP is not ahead of scratch, these say whether
+    fine-tuning kept MPP's features (CKA near 1, a small change) or replaced them (the last block near scratch's). Empty
+    for a results.json written before they were measured (running the experiment's command again adds them)."""
     curve = results["finetuned"]
     if "kept_similarity" not in next(iter(curve.values())):
         return ""
@@ -240,7 +257,7 @@ def kept_table(results: dict[str, Any]) -> str:
         lines.append(f"| {length_label(epochs)} | {mean_sd([blocks[0] for blocks in kept], '.3f')} | "
                      f"{mean_sd([blocks[-1] for blocks in kept], '.3f')} | "
                      f"{mean_sd([blocks[-1] for blocks in to_scratch], '.3f')} | "
-                     f"{mean_sd([100 * change for change in entry['weight_change']], '.2g')} |")
+                     f"{mean_sd([100 * change for change in entry['weight_change']], '.1f')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -19,7 +19,7 @@ from mpp.config.building import build_config
 from mpp.errors import ConfigError
 from mpp.experiments.config import PretrainingCurveConfig
 from mpp.experiments.runner import claim_experiment
-from mpp.experiments.curve import (curve_table, encoder_similarities, finetuned_table, plan_runs,
+from mpp.experiments.curve import (curve_table, encoder_similarities, finetuned_table, plan_runs, swept_grid,
                                    pretraining_steps_per_epoch)
 from mpp.models.encoder import create_encoder
 from mpp.run.directory import write_metrics
@@ -209,7 +209,13 @@ def test_the_fine_tuned_tables_read_mpp_against_its_floor_its_gain_over_scratch_
     # Gains +10, +11, +12: mean 11, SD 1, 11 ± 4.303 / sqrt(3) = [+8.5, +13.5]; a seed without a log point left out.
     assert ("| 1 epoch (5 steps) | 25.0 ± 7.1 | 52.0 ± 2.0 | 41.0 ± 1.0 | 95.0 ± 5.0 | +11.0 [+8.5, +13.5], shown"
             in table)
+    assert "| 0.1 x3; 0.1 x3 |" in table and "(grid edge)" not in table  # no grid recorded: nothing to mark
     assert "What fine-tuning keeps" not in table  # results.json written before it was measured: no such table
+    results["finetuned"]["1"]["finetune"]["lr_grid"] = [0.03, 0.1, 0.3]
+    results["finetuned"]["1"]["scratch"] |= {"lr": [0.3, 0.3, 0.3], "lr_grid": [0.03, 0.1, 0.3]}
+    table = finetuned_table(results)
+    assert "| 0.1 x3; 0.3 (grid edge) x3 |" in table  # scratch's rate at its grid's top: marked, with the legend
+    assert "(grid edge): the lowest or the highest rate of the grid its length swept" in table
 
     results["similarity_images"] = 256
     results["finetuned"]["1"] |= {"kept_similarity": [[0.9, 0.5], [0.8, 0.4], [0.7, 0.3]],
@@ -219,7 +225,14 @@ def test_the_fine_tuned_tables_read_mpp_against_its_floor_its_gain_over_scratch_
     assert "of each block's mean patch token on 256 test images" in table
     assert ("| MPP pre-training (3 seeds) | Kept CKA, first block | Kept CKA, last block | Last block's CKA to scratch "
             "| Weight change, % |\n|---|---:|---:|---:|---:|\n| 1 epoch | 0.800 ± 0.100 | 0.400 ± 0.100 | "
-            "0.700 ± 0.100 | 20 ± 10 |\n") in table
+            "0.700 ± 0.100 | 20.0 ± 10.0 |\n") in table
+
+
+def test_a_lengths_grid_is_the_rates_its_first_seeds_sweep_tried():
+    swept = {"sweep_holdout_balanced_accuracy": {"0.1": 0.4, "0.01": 0.5, "0.03": 0.3}}
+    others = {"sweep_holdout_balanced_accuracy": None}  # tune_once: trained at the first seed's rate
+    assert swept_grid([swept, others, others]) == [0.01, 0.03, 0.1]
+    assert swept_grid([others, others]) == []
 
 
 def test_what_fine_tuning_keeps_reads_the_mpp_checkpoint_against_each_runs_last_weights(tmp_path):

@@ -76,7 +76,7 @@ HOLM_LINE = re.compile(r"after a Holm correction across (?:all|these) (\d+)(?: a
                        r"(?:none stays shown|\d+ stays? shown: (.*))\.$", flags=re.M)
 HOLM_KEPT = re.compile(r"(.+?) \(([^():]+): (?:the opposite, )?Holm p [^)]+\)(?:; |$)")
 PLUS_MINUS = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?) ± (\d+(?:\.\d+)?)")
-FIGURE = re.compile(r"^(\d+\.\d)(?: ± \d+\.\d)?$")
+FIGURE = re.compile(r"^(\d+\.\d{1,3})(?: ± \d+\.\d{1,3})?$")  # a percentage, or a CKA to 3 decimals
 
 
 def published_presets() -> dict[str, Path]:
