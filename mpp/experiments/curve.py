@@ -36,7 +36,8 @@ from mpp.experiments.config import PretrainingCurveConfig
 from mpp.experiments.reproduction_tables import GRID_EDGE, learning_rates
 from mpp.experiments.publishing import (Comparison, copy_to_publish_dir, holm_summary, mean_std, percent,
                                         publish_table)
-from mpp.experiments.runner import Run, at_first_seeds_rate, recipe_command, run_experiment
+from mpp.experiments.runner import (Run, at_first_seeds_rate, finished_widenings, recipe_command, run_experiment,
+                                   swept_grids, widened_run_name, widened_sweep)
 from mpp.models.encoder import InputNormalisation, create_encoder
 from mpp.models.pretrained import fine_tuning_encoder, read_pretrained
 from mpp.run.directory import logged_scalars, read_metrics
@@ -111,11 +112,14 @@ def finetuning_runs(cfg: PretrainingCurveConfig, repository: Path, epoch_steps: 
     output_dir = Path(cfg.output_dir)
 
     def finetuning(start: str, epochs: int, seed: int, after: str | None, *extra: str) -> Run:
-        name = f"{start}/epoch{epochs}-seed{seed}"
-        tuned, waits = at_first_seeds_rate(cfg, f"{start}/epoch{epochs}-seed{cfg.seeds[0]}", seed)
+        # A rate chosen at its grid's edge sweeps a widened grid in runs of their own, as a reproduction's rows do.
+        base = f"{start}/epoch{epochs}"
+        grids = swept_grids(cfg, base, sweep_grid(cfg, start))
+        tuned, waits = at_first_seeds_rate(cfg, widened_run_name(base, cfg.seeds[0], len(grids) - 1), seed)
+        name = widened_run_name(base, seed, len(grids) - 1)
         command = recipe_command(cfg, repository, "finetune", cfg.finetune_preset,
-                                 (*cfg.data, *cfg.encoder, *cfg.finetune, f"data.subset_seed={seed}", *extra, *tuned),
-                                 seed, output_dir / name)
+                                 (*cfg.data, *cfg.encoder, *cfg.finetune, f"data.subset_seed={seed}", *extra, *tuned,
+                                  *widened_sweep(grids, tuned)), seed, output_dir / name)
         return Run(name, start, command, after, also_after=waits)
 
     scratch, finetuned = [], []
@@ -127,6 +131,20 @@ def finetuning_runs(cfg: PretrainingCurveConfig, repository: Path, epoch_steps: 
             scratch.append(finetuning("scratch", epochs, seed, None, *cfg.scratch_finetune,
                                       f"train.steps={epochs * epoch_steps + cfg.finetune_steps}"))
     return scratch + finetuned
+
+
+def sweep_grid(cfg: PretrainingCurveConfig, start: str) -> tuple[float, ...]:
+    """The learning rates the fine-tuning runs of ``start`` ("finetune" or "scratch") sweep before any widening."""
+    scratch = cfg.scratch_finetune if start == "scratch" else ()
+    return build_config(FinetuneRunConfig, cfg.finetune_preset,
+                        (*cfg.data, *cfg.encoder, *cfg.finetune, *scratch)).finetune.sweep_lrs
+
+
+def finished_run(cfg: PretrainingCurveConfig, start: str, epochs: int, seed: int) -> str:
+    """The run holding ``seed``'s result for ``start`` at ``epochs``: that of the last widening of its grid the
+    first seed finished (``finished_widenings``)."""
+    base = f"{start}/epoch{epochs}"
+    return widened_run_name(base, seed, finished_widenings(Path(cfg.output_dir), base, cfg.seeds[0]))
 
 
 def encoder_similarities(cfg: PretrainingCurveConfig, epoch_steps: int) -> tuple[dict[str, dict[str, list]], int]:
@@ -157,10 +175,10 @@ def encoder_similarities(cfg: PretrainingCurveConfig, epoch_steps: int) -> tuple
         kept, to_scratch, change = [], [], []
         for seed in cfg.seeds:
             mpp = encoder(checkpoint_path(output_dir / f"pretrain/mpp-seed{seed}", epochs * epoch_steps) / MODEL_FILE)
-            tuned = encoder(final_weights(f"finetune/epoch{epochs}-seed{seed}"))
+            tuned = encoder(final_weights(finished_run(cfg, "finetune", epochs, seed)))
             kept.append(block_similarity(mpp, tuned, images))
-            to_scratch.append(block_similarity(tuned, encoder(final_weights(f"scratch/epoch{epochs}-seed{seed}")),
-                                               images))
+            scratch = encoder(final_weights(finished_run(cfg, "scratch", epochs, seed)))
+            to_scratch.append(block_similarity(tuned, scratch, images))
             change.append(relative_weight_change(mpp.state_dict(), tuned.state_dict()))
         curve[str(epochs)] = {"kept_similarity": kept, "similarity_to_scratch": to_scratch, "weight_change": change}
     return curve, len(images)
@@ -182,7 +200,7 @@ def finetuned_results(cfg: PretrainingCurveConfig, epoch_steps: int) -> dict[str
                                  "mpp_accuracy": [points.get(epochs * epoch_steps * size)
                                                   for points, size in zip(logged, batch, strict=True)]}
         for start in ("finetune", "scratch"):
-            runs = [read_metrics(output_dir / f"{start}/epoch{epochs}-seed{seed}") for seed in cfg.seeds]
+            runs = [read_metrics(output_dir / finished_run(cfg, start, epochs, seed)) for seed in cfg.seeds]
             entry[start] = {"accuracy": [run["test_accuracy"] for run in runs],
                             "balanced_accuracy": [run["test_balanced_accuracy"] for run in runs],
                             "lr": [run["chosen_lr"] or run["lr"] for run in runs],
@@ -229,7 +247,8 @@ def finetuned_table(results: dict[str, Any]) -> str:
                      f"{chosen_rates(entry['finetune'])}; {chosen_rates(entry['scratch'])} |")
     edges = GRID_EDGE in "\n".join(lines)
     legend = (f"\n{GRID_EDGE}: the lowest or the highest rate of the grid its length swept, where a wider grid might "
-              "choose beyond it.\n") if edges else ""
+              "choose beyond it; running the experiment again widens that grid by a factor of 3 on that side and "
+              "sweeps it again.\n") if edges else ""
     return "\n".join(lines) + "\n" + legend + kept_table(results)
 
 

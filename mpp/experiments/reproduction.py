@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import yaml
 
@@ -35,7 +35,8 @@ from mpp.experiments.config import ReproductionConfig, ReproductionRow
 from mpp.experiments.publishing import copy_to_publish_dir, publish_table
 from mpp.experiments.reproduction_plots import plot_results
 from mpp.experiments.reproduction_tables import BASELINES, READOUTS, primary_record, results_table, rows_at_chance
-from mpp.experiments.runner import EVALUATIONS, Run, at_first_seeds_rate, recipe_command, run_experiment
+from mpp.experiments.runner import (EVALUATIONS, Run, at_first_seeds_rate, finished_widenings, recipe_command,
+                                   run_experiment, swept_grids, widened_run_name, widened_sweep)
 from mpp.run.directory import CONFIG_FILE, logged_scalars, read_metrics
 
 logger = logging.getLogger(__name__)
@@ -86,47 +87,14 @@ def check_validation_split(cfg: ReproductionConfig) -> None:
                               f"and at least {VALIDATION_IMAGES}): set {fix}")
 
 
-WIDENING = 3.0  # the factor between a widened grid's new rate and its old edge: the grids' own spacing
-
-
-def widened_grid(grid: Sequence[float], chosen: Sequence[float]) -> tuple[float, ...]:
-    """``grid`` with one more rate, a factor of 3 beyond its edge, on each side where one of the ``chosen`` rates is
-    the grid's lowest or highest (a rate chosen there may only be the best of too narrow a grid); sorted. A new rate
-    is rounded to 3 significant figures, as a command line writes it and a run's metrics give it back."""
-    low, high = min(grid), max(grid)
-    beyond = [*([low / WIDENING] if low in chosen else []), *([high * WIDENING] if high in chosen else [])]
-    return tuple(sorted({*grid, *(float(f"{rate:.3g}") for rate in beyond)}))
-
-
 def finetune_run_name(row: ReproductionRow, seed: int, widenings: int) -> str:
     """A fine-tuning run's folder: each widening of its row's grid is swept by runs of its own."""
-    return f"finetune/{row.name}{f'-widened{widenings}' if widenings else ''}-seed{seed}"
+    return widened_run_name(f"finetune/{row.name}", seed, widenings)
 
 
 def row_grids(cfg: ReproductionConfig, row: ReproductionRow) -> list[tuple[float, ...]]:
-    """The grids ``row``'s fine-tuning sweeps, each widening the last (widened_grid) once every sweep over that one
-    (the first seed's alone with tune_once) has finished, one choosing a rate at its edge: the last is the one to
-    run. One empty grid where the row sweeps nothing."""
-    grids = [finetuning_config(cfg, row).finetune.sweep_lrs]
-    sweeping = cfg.seeds[:1] if cfg.tune_once else cfg.seeds
-    while grids[-1]:
-        swept = [read_metrics(Path(cfg.output_dir) / finetune_run_name(row, seed, len(grids) - 1))
-                 for seed in sweeping]
-        if any(metrics is None for metrics in swept):
-            break
-        wider = widened_grid(grids[-1], [metrics["chosen_lr"] for metrics in swept])
-        if wider == grids[-1]:
-            break
-        grids.append(wider)
-    return grids
-
-
-def finished_widenings(output_dir: Path, row: ReproductionRow, seed: int) -> int:
-    """The widenings of ``row``'s grid that ``seed``'s fine-tuning has finished: the last of them holds its result."""
-    widenings = 0
-    while read_metrics(output_dir / finetune_run_name(row, seed, widenings + 1)) is not None:
-        widenings += 1
-    return widenings
+    """The grids ``row``'s fine-tuning sweeps (``swept_grids``): the last is the one to run."""
+    return swept_grids(cfg, f"finetune/{row.name}", finetuning_config(cfg, row).finetune.sweep_lrs)
 
 
 def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
@@ -161,10 +129,9 @@ def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
             widenings = len(grids[row.name]) - 1
             # tune_once: the first seed's sweep chooses the row's learning rate, the other seeds train at it.
             at_rate, waits = at_first_seeds_rate(cfg, finetune_run_name(row, cfg.seeds[0], widenings), seed)
-            widened = () if at_rate or not widenings else (
-                f"finetune.sweep_lrs=[{','.join(f'{rate:g}' for rate in grids[row.name][-1])}]",)
             name = finetune_run_name(row, seed, widenings)
-            evaluation.append(Run(name, "finetune", command("finetune", name, seed, *finetune, *at_rate, *widened),
+            evaluation.append(Run(name, "finetune", command("finetune", name, seed, *finetune, *at_rate,
+                                                            *widened_sweep(grids[row.name], at_rate)),
                                   source, also_after=waits))
             name = f"few_shot/{row.name}-seed{seed}"
             evaluation.append(Run(name, "few_shot", command("few_shot", name, seed, *init), source))
@@ -244,7 +211,7 @@ def collect_results(cfg: ReproductionConfig) -> dict[str, Any]:
     output_dir = Path(cfg.output_dir)
     rows = {}
     for row in cfg.rows:
-        widenings = finished_widenings(output_dir, row, cfg.seeds[0])
+        widenings = finished_widenings(output_dir, f"finetune/{row.name}", cfg.seeds[0])
         finetune_dirs = [output_dir / finetune_run_name(row, seed, widenings) for seed in cfg.seeds]
         finetune = [read_metrics(directory) for directory in finetune_dirs]
         few_shot = [output_dir / f"few_shot/{row.name}-seed{seed}" for seed in cfg.seeds]

@@ -19,8 +19,8 @@ from mpp.config.building import build_config
 from mpp.errors import ConfigError
 from mpp.experiments.config import PretrainingCurveConfig
 from mpp.experiments.runner import claim_experiment
-from mpp.experiments.curve import (curve_table, encoder_similarities, finetuned_table, plan_runs, swept_grid,
-                                   pretraining_steps_per_epoch)
+from mpp.experiments.curve import (curve_table, encoder_similarities, finetuned_table, finished_run, plan_runs,
+                                   pretraining_steps_per_epoch, swept_grid)
 from mpp.models.encoder import create_encoder
 from mpp.run.directory import write_metrics
 from mpp.training.checkpoint import checkpoint_path
@@ -194,6 +194,30 @@ def test_fine_tuned_the_encoder_at_each_length_meets_a_vit_from_scratch_trained_
         assert f"finetune.lr_from={cfg.output_dir}/{start}/epoch2-seed3" in later.command
     with pytest.raises(ConfigError, match="finetune_steps must give the fine-tuning's optimizer steps"):
         tiny_config(tmp_path, **{**FINETUNED, "finetune_steps": 0})
+
+
+def test_a_lengths_rate_chosen_at_its_grids_edge_is_swept_again_over_a_widened_grid_and_its_results_read(tmp_path):
+    cfg = tiny_config(tmp_path, seeds=[3, 7], tune_once=True, **{
+        **FINETUNED, "finetune": [*FINETUNED["finetune"][:-1], "finetune.sweep_lrs=[0.01,0.1]"]})
+    output_dir = Path(cfg.output_dir)
+
+    def finish(name: str, **metrics) -> None:
+        (output_dir / name).mkdir(parents=True)
+        write_metrics(output_dir / name, metrics)
+
+    finish("scratch/epoch2-seed3", chosen_lr=0.1)  # the top of its grid
+    finish("finetune/epoch2-seed3", chosen_lr=0.1 / 3)  # inside: not widened
+    runs = {run.name: run for run in plan_runs(cfg, ROOT, 5)}
+    assert "finetune/epoch2-seed7" in runs and "finetune/epoch2-widened1-seed3" not in runs
+    widened = runs["scratch/epoch2-widened1-seed3"]
+    assert "finetune.sweep_lrs=[0.01,0.1,0.3]" in widened.command and "scratch/epoch2-seed7" not in runs
+    later = runs["scratch/epoch2-widened1-seed7"]  # the other seed trains at the widened sweep's rate
+    assert later.also_after == ("scratch/epoch2-widened1-seed3",) and "finetune.sweep_lrs=[0.01,0.1,0.3]" not in \
+        later.command
+    assert finished_run(cfg, "scratch", 2, 7) == "scratch/epoch2-seed7"  # the results read the last finished grid
+    finish("scratch/epoch2-widened1-seed3", chosen_lr=0.1)
+    assert finished_run(cfg, "scratch", 2, 7) == "scratch/epoch2-widened1-seed7"
+    assert finished_run(cfg, "finetune", 2, 7) == "finetune/epoch2-seed7"
 
 
 def test_the_fine_tuned_tables_read_mpp_against_its_floor_its_gain_over_scratch_and_what_fine_tuning_kept():

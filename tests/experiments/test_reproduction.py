@@ -31,15 +31,13 @@ from mpp.experiments.primary_family import CLAIMS
 from mpp.experiments.reproduction import (
     check_validation_split,
     collect_results,
-    finished_widenings,
     plan_runs,
     reproduce,
-    widened_grid,
     with_sweep_grids,
 )
 from mpp.experiments.reproduction_plots import finetune_plot_figures, monitor_plot_figures
 from mpp.experiments.reproduction_tables import holm_cell, primary_record, results_table, rows_at_chance
-from mpp.experiments.runner import Run, RunFailed, claim_experiment, execute
+from mpp.experiments.runner import Run, RunFailed, claim_experiment, execute, finished_widenings, widened_grid
 from tests.launching import ROOT
 
 CONFIGS = ROOT / "recipes" / "configs"
@@ -586,7 +584,7 @@ TWO_ROWS = [{"name": "none", "label": "random init"},
 def test_a_rerun_sweeps_a_row_again_over_a_widened_grid_once_its_sweeps_chose_an_edge(tmp_path):
     cfg = tiny_config(tmp_path, seeds=[0, 1], rows=TWO_ROWS, claims=[],
                       finetune=[*TINY["finetune"], "finetune.sweep_lrs=[0.03,0.1,0.3]"])
-    output_dir, none = Path(cfg.output_dir), cfg.rows[0]
+    output_dir = Path(cfg.output_dir)
 
     def finetuning() -> dict[str, Run]:
         return {run.name: run for run in plan_runs(cfg, ROOT) if run.stage == "finetune"}
@@ -600,10 +598,11 @@ def test_a_rerun_sweeps_a_row_again_over_a_widened_grid_once_its_sweeps_chose_an
     widened = runs["finetune/none-widened1-seed1"].command
     assert "finetune.sweep_lrs=[0.03,0.1,0.3,0.9]" in widened
     assert build_config(FinetuneRunConfig, widened[3], widened[4:]).finetune.sweep_lrs == (0.03, 0.1, 0.3, 0.9)
-    assert finished_widenings(output_dir, none, 0) == 0  # the results read the last grid every seed finished
+    # The results read the last grid every seed finished.
+    assert finished_widenings(output_dir, "finetune/none", 0) == 0
     for seed, chosen in ((0, 0.9), (1, 0.3)):  # the widened grid's top again: widened once more
         finish(output_dir, f"finetune/none-widened1-seed{seed}", chosen_lr=chosen)
-    assert finished_widenings(output_dir, none, 0) == 1
+    assert finished_widenings(output_dir, "finetune/none", 0) == 1
     assert "finetune.sweep_lrs=[0.03,0.1,0.3,0.9,2.7]" in finetuning()["finetune/none-widened2-seed0"].command
     # tune_once: the first seed's sweep alone decides, and the other seeds train at the widened sweep's rate.
     once = tiny_config(tmp_path, output_dir=str(tmp_path / "once"), seeds=[0, 5], rows=TWO_ROWS, claims=[],
