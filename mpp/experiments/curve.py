@@ -217,7 +217,9 @@ def finetuned_results(cfg: PretrainingCurveConfig, epoch_steps: int) -> dict[str
 
 def swept_grid(runs: list[dict[str, Any]]) -> list[float]:
     """The learning rates a length's sweep tried (the first seed's alone with ``tune_once``; none without a sweep)."""
-    swept = next((run["sweep_holdout_balanced_accuracy"] for run in runs if run["sweep_holdout_balanced_accuracy"]), {})
+    # A run that swept nothing records no sweep (or None, trained at another run's rate).
+    swept = next((run["sweep_holdout_balanced_accuracy"] for run in runs if run.get("sweep_holdout_balanced_accuracy")),
+                 {})
     return sorted(float(rate) for rate in swept)
 
 

@@ -256,7 +256,7 @@ def test_a_lengths_grid_is_the_rates_its_first_seeds_sweep_tried():
     swept = {"sweep_holdout_balanced_accuracy": {"0.1": 0.4, "0.01": 0.5, "0.03": 0.3}}
     others = {"sweep_holdout_balanced_accuracy": None}  # tune_once: trained at the first seed's rate
     assert swept_grid([swept, others, others]) == [0.01, 0.03, 0.1]
-    assert swept_grid([others, others]) == []
+    assert swept_grid([others, others]) == [] and swept_grid([{}, {}]) == []  # no sweep: none recorded
 
 
 def test_what_fine_tuning_keeps_reads_the_mpp_checkpoint_against_each_runs_last_weights(tmp_path):
