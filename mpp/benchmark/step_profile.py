@@ -16,8 +16,9 @@ import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from mpp.benchmark.training_step import DEFAULT_PRESET, ROWS, TrainingStep
@@ -29,9 +30,28 @@ KINDS = {"optimizer": ("adam", "foreach", "multi_tensor"), "attention": ("attent
          "normalisation": ("layer_norm", "layernorm", "norm")}
 
 
+# CUPTI's records of the host waiting on a full launch queue: time the device spent working, already counted in the
+# kernels, not work of its own.
+NOT_DEVICE_WORK = frozenset({"Command Buffer Full"})
+
+
 def kind_of(name: str) -> str:
     lowered = name.lower()
     return next((kind for kind, words in KINDS.items() if any(word in lowered for word in words)), "element-wise")
+
+
+def self_seconds(events: Iterable[Any], on_gpu: bool) -> dict[str, float]:
+    """Each operator's own time in ``events`` (``profiler.key_averages()``): on a GPU the kernels' alone, since the
+    host operator that launched a kernel reports the kernel's time again as its own device time (counting both
+    doubled the total); on a CPU each operator's self CPU time."""
+    times: dict[str, float] = {}
+    for event in events:
+        if on_gpu and (event.device_type != DeviceType.CUDA or event.key in NOT_DEVICE_WORK):
+            continue
+        seconds = (event.self_device_time_total if on_gpu else event.self_cpu_time_total) / 1e6
+        if seconds > 0:
+            times[event.key] = times.get(event.key, 0.0) + seconds
+    return times
 
 
 def profile_step(step: TrainingStep, steps: int) -> dict[str, Any]:
@@ -45,12 +65,7 @@ def profile_step(step: TrainingStep, steps: int) -> dict[str, Any]:
             step.step()
         step.synchronise()
         wall = time.perf_counter() - started
-    times: dict[str, float] = {}
-    for event in profiler.key_averages():
-        # A kernel's time is its self device time; on a CPU, the operator's self CPU time.
-        seconds = (event.self_device_time_total if on_gpu else event.self_cpu_time_total) / 1e6
-        if seconds > 0:
-            times[event.key] = times.get(event.key, 0.0) + seconds
+    times = self_seconds(profiler.key_averages(), on_gpu)
     total = sum(times.values())
     by_kind: dict[str, float] = {}
     for name, seconds in times.items():

@@ -76,7 +76,9 @@ def recipe_run(config: Path, prepared: Path, run_dir: Path, args: argparse.Names
     command = [sys.executable, "-m", "accelerate.commands.launch", "recipes/mpp.py", "--config", str(config),
                *overrides]
     finished = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": os.getcwd()})
+                              # the checkout first, then packages carried to a machine without an index
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                  filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))})
     if finished.returncode != 0:  # why, where a GPU's minutes were spent on it: the end of the run's own output
         raise SystemExit(f"the run failed (exit {finished.returncode}): {' '.join(command)}\n"
                          + "\n".join(finished.stderr.splitlines()[-30:]))

@@ -83,6 +83,27 @@ def test_an_operator_is_sorted_into_its_kind_of_work_by_its_name():
     assert step_profile.kind_of("multi_tensor_apply_kernel<FusedAdamMathFunctor>") == "optimizer"
     assert step_profile.kind_of("triton_poi_fused_add_gelu_0") == "element-wise"
 
+
+def test_a_gpu_profile_counts_each_kernel_once_and_only_device_work():
+    """As a GPU's profile lists them (measured on an H200): the host operator that launched a kernel reports the
+    kernel's time as its own device time, and CUPTI records the host waiting on a full launch queue."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    def event(key, device_type, device_us, cpu_us=0.0):
+        return SimpleNamespace(key=key, device_type=device_type, self_device_time_total=device_us,
+                               self_cpu_time_total=cpu_us)
+
+    events = [event("aten::mm", DeviceType.CPU, 12_000, cpu_us=40),
+              event("nvjet_sm90_tst_192x192_64x4_1x2_h_bz_coopB_bias_TNN", DeviceType.CUDA, 12_000),
+              event("triton_poi_fused_gelu_view_9", DeviceType.CPU, 5_000, cpu_us=10),
+              event("triton_poi_fused_gelu_view_9", DeviceType.CUDA, 5_000),
+              event("Command Buffer Full", DeviceType.CUDA, 1_800)]
+    assert step_profile.self_seconds(events, on_gpu=True) == {
+        "nvjet_sm90_tst_192x192_64x4_1x2_h_bz_coopB_bias_TNN": 0.012, "triton_poi_fused_gelu_view_9": 0.005}
+    assert step_profile.self_seconds(events, on_gpu=False) == {"aten::mm": 4e-05, "triton_poi_fused_gelu_view_9": 1e-05}
+
 @pytest.mark.slow
 def test_the_loader_benchmark_measures_every_path_on_imagenet_like_files(tmp_path):
     from mpp.benchmark import loader_speed

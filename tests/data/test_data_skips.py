@@ -97,7 +97,9 @@ def test_evaluation_logs_and_records_its_skips_from_the_cache_too(tmp_path, capl
     for attempt in ("extracted", "read from the cache"):
         dataset = ImageDataset(ImageFolderSource(tmp_path / "images"), ImageView(16, augment=False), 3,
                                max_bad_fraction=0.5)
-        run = EvaluationRun(session, extractor.eval(), dataset, dataset, config)
+        # on the run's device, as the evaluation recipes prepare it
+        run = EvaluationRun(session, session.accelerator.prepare_model(extractor.eval(), evaluation_mode=True),
+                            dataset, dataset, config)
         features, _ = run.features(dataset, "train")
         assert len(features) == 6 and run.skipped_images == {"train": 1}, attempt
     logged = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]

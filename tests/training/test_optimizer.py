@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from devices import USE_CPU
 
 from mpp.config.building import build_config
 from mpp.config.model import ClassifierConfig, MPPConfig
@@ -98,14 +99,14 @@ def test_the_loop_steps_each_group_at_the_scheduled_rate_times_its_scale(tmp_pat
 
         def forward(self, images, labels, random_keys):
             loss = self.second(self.first(images)).pow(2).mean()
-            return SimpleNamespace(loss=loss, accuracy=torch.zeros(()))
+            return SimpleNamespace(loss=loss, accuracy=loss.new_zeros(()))  # on the loss's device
 
     cfg = TrainConfig(steps=2, global_batch_size=4, lr=0.1, min_lr=0.1, warmup_steps=0, log_every=1,
                       checkpoint_every=10)
     model = Linear()
     optimizer = torch.optim.SGD([{"params": model.first.parameters(), "lr_scale": 0.25},
                                  {"params": model.second.parameters()}], lr=cfg.lr)
-    accelerator = Accelerator(cpu=True)
+    accelerator = Accelerator(cpu=USE_CPU)
     dataset = TensorDataset(torch.randn(8, 4), torch.zeros(8), torch.arange(8))
     model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(dataset, batch_size=4))
     train(TrainingRun(accelerator, model, optimizer, TrainingBatches(accelerator, dataset, loader, 0),
