@@ -259,16 +259,6 @@ def step_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
     return {"status": "passed", **figures}
 
 
-def write_jpegs(folder: Path, count: int) -> None:
-    from mpp.benchmark.loader_speed import imagenet_like_jpeg
-
-    generator = torch.Generator().manual_seed(0)
-    for index in range(count):  # two classes, for a labelled folder
-        path = folder / f"class_{index % 2}" / f"{index:05d}.jpg"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(imagenet_like_jpeg(generator))
-
-
 def run_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
     """The pre-training recipe against its step alone (``python -m mpp.benchmark.training_run``), as a user runs it:
     the package's loader workers, the step stage's batch."""
@@ -335,10 +325,12 @@ def pretrain_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
 def prepared_data(plan: Plan, work: Path, log: Path, limit_s: float) -> Path | None:
     """``plan.jpegs`` ImageNet-like JPEGs, prepared (``python -m mpp.data.prepare``) under ``work`` once for the stages
     that train on them; None where preparing failed."""
+    from mpp.benchmark.loader_speed import imagenet_like_jpeg, synthetic_jpegs, write_labelled_jpegs
+
     prepared = work / "prepared"
     if (prepared / "prepared.json").is_file():
         return prepared
-    write_jpegs(work / "jpegs", plan.jpegs)
+    write_labelled_jpegs(work / "jpegs", synthetic_jpegs(plan.jpegs, imagenet_like_jpeg), classes=2)
     outcome = run(plan, [sys.executable, "-m", "mpp.data.prepare", f"folder:{work / 'jpegs'}", str(prepared),
                    "--splits", "train", "--short-side", str(plan.short_side),
                    "--shard-size", "128"], log, limit_s)  # a shard per worker: 1,000 a shard kept 2 of 16 cores busy

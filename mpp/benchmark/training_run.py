@@ -17,6 +17,7 @@ an epoch's end costs (a small dataset's epochs against a large one's). Run it fr
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import os
@@ -31,6 +32,7 @@ import torch
 from PIL import Image
 
 from mpp.benchmark import preset_encoder_and_batch
+from mpp.benchmark.loader_speed import synthetic_jpegs, write_labelled_jpegs
 from mpp.benchmark.training_step import DEFAULT_PRESET, measure_interleaved
 
 NO_MONITORS = ("monitor.few_shot_every=0", "monitor.mosaic_every=0", "monitor.final_few_shot_draws=0")
@@ -53,12 +55,8 @@ def prepared_images(work: Path, count: int, size: int) -> Path:
     prepared = work / f"prepared-{count}-{size}"
     if (prepared / "prepared.json").is_file():
         return prepared
-    generator = torch.Generator().manual_seed(count)
     folder = work / f"jpegs-{count}-{size}"
-    for index in range(count):
-        path = folder / f"class_{index % 2}" / f"{index:06d}.jpg"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(noise_jpeg(generator, size))
+    write_labelled_jpegs(folder, synthetic_jpegs(count, functools.partial(noise_jpeg, size=size), seed=count), 2)
     shard_size = max(64, -(-count // len(os.sched_getaffinity(0))))  # a shard per core: all of them prepare
     subprocess.run([sys.executable, "-m", "mpp.data.prepare", f"folder:{folder}", str(prepared), "--splits", "train",
                     "--short-side", str(size), "--shard-size", str(shard_size)], check=True, stdout=subprocess.DEVNULL)

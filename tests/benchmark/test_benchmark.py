@@ -104,6 +104,32 @@ def test_a_gpu_profile_counts_each_kernel_once_and_only_device_work():
         "nvjet_sm90_tst_192x192_64x4_1x2_h_bz_coopB_bias_TNN": 0.012, "triton_poi_fused_gelu_view_9": 0.005}
     assert step_profile.self_seconds(events, on_gpu=False) == {"aten::mm": 4e-05, "triton_poi_fused_gelu_view_9": 1e-05}
 
+def test_thousands_of_synthetic_jpegs_are_made_over_the_cores_each_from_its_own_seed(tmp_path):
+    """The i-th file is the encoder's from the seed ``seed + i``, made in other processes (one thread each) as in
+    this one, and written as a labelled folder."""
+    import functools
+    import io
+
+    from PIL import Image
+
+    from mpp.benchmark.loader_speed import seeded_jpeg, synthetic_jpegs, write_labelled_jpegs
+    from mpp.benchmark.training_run import noise_jpeg
+
+    encode = functools.partial(noise_jpeg, size=8)
+    files = synthetic_jpegs(2048, encode, seed=7)  # 2 processes where there are 2 cores
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert files[:3] + files[-3:] == [seeded_jpeg(encode, 7 + index) for index in (0, 1, 2, 2045, 2046, 2047)]
+    finally:
+        torch.set_num_threads(threads)
+    assert files[0] != files[1] and Image.open(io.BytesIO(files[-1])).size == (8, 8)
+    write_labelled_jpegs(tmp_path, files[:5], classes=2)
+    assert sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*.jpg")) == [
+        "class_0/000000.jpg", "class_0/000002.jpg", "class_0/000004.jpg", "class_1/000001.jpg", "class_1/000003.jpg"]
+    assert (tmp_path / "class_1" / "000003.jpg").read_bytes() == files[3]
+
+
 @pytest.mark.slow
 def test_the_loader_benchmark_measures_every_path_on_imagenet_like_files(tmp_path):
     from mpp.benchmark import loader_speed
