@@ -230,22 +230,26 @@ def chosen_rates(start: dict[str, Any]) -> str:
 
 def finetuned_table(results: dict[str, Any]) -> str:
     """Markdown: at each pre-training length, MPP's accuracy against its floor, fine-tuned balanced accuracy from
-    MPP and from scratch trained as long (mean ± SD, in %), and MPP's gain with its 95% interval; then what
+    MPP and from scratch trained as long and each one's training accuracy over its last log window (mean ± SD, in
+    %), and MPP's gain with its 95% interval; then what
     fine-tuning kept of MPP's encoder (``kept_table``)."""
     curve = results["finetuned"]
     floor = 100 * sum(results["mpp_accuracy_most_frequent_class"]) / len(results["mpp_accuracy_most_frequent_class"])
     lines = [f"| MPP pre-training ({len(results['seeds'])} seeds) | MPP accuracy (most frequent colour: {floor:.1f}) "
-             "| Fine-tuned from MPP, balanced | From scratch, as many steps, balanced | Scratch's final training "
-             "accuracy | MPP's fine-tuned gain, points | Rates chosen, from MPP; from scratch |",
-             "|---|---:|---:|---:|---:|---|---|"]
+             "| Fine-tuned from MPP, balanced | From scratch, as many steps, balanced | Final training accuracy, "
+             "fine-tuning MPP | Final training accuracy, scratch | MPP's fine-tuned gain, points | Rates chosen, "
+             "from MPP; from scratch |",
+             "|---|---:|---:|---:|---:|---:|---|---|"]
     for epochs, entry in curve.items():
         gain = paired_difference(entry["finetune"]["balanced_accuracy"], entry["scratch"]["balanced_accuracy"],
                                  scale=100)
         mpp = [value for value in entry["mpp_accuracy"] if value is not None]
+        trained = {start: percent(entry[start]["train_accuracy"]) for start in ("finetune", "scratch")}
         lines.append(f"| {length_label(epochs)} ({entry['pretraining_steps']:,} steps) | "
                      f"{percent(mpp) if mpp else '—'} | {percent(entry['finetune']['balanced_accuracy'])} | "
                      f"{percent(entry['scratch']['balanced_accuracy'])} | "
-                     f"{percent(entry['scratch']['train_accuracy'])} | {describe_difference(gain, claimed=True)} | "
+                     f"{trained['finetune']} | {trained['scratch']} | "
+                     f"{describe_difference(gain, claimed=True)} | "
                      f"{chosen_rates(entry['finetune'])}; {chosen_rates(entry['scratch'])} |")
     edges = GRID_EDGE in "\n".join(lines)
     legend = (f"\n{GRID_EDGE}: the lowest or the highest rate of the grid its length swept, where a wider grid might "
