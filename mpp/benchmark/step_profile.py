@@ -30,8 +30,8 @@ KINDS = {"optimizer": ("adam", "foreach", "multi_tensor"), "attention": ("attent
          "normalisation": ("layer_norm", "layernorm", "norm")}
 
 
-# CUPTI's records of the host waiting on a full launch queue: time the device spent working, already counted in the
-# kernels, not work of its own.
+# CUPTI's record of the host waiting on a full launch queue, listed among the device's events: not a kernel, and
+# the device's work meanwhile is counted in the kernels.
 NOT_DEVICE_WORK = frozenset({"Command Buffer Full"})
 
 

@@ -231,8 +231,7 @@ def chosen_rates(start: dict[str, Any]) -> str:
 def finetuned_table(results: dict[str, Any]) -> str:
     """Markdown: at each pre-training length, MPP's accuracy against its floor, fine-tuned balanced accuracy from
     MPP and from scratch trained as long and each one's training accuracy over its last log window (mean ± SD, in
-    %), and MPP's gain with its 95% interval; then what
-    fine-tuning kept of MPP's encoder (``kept_table``)."""
+    %), and MPP's gain with its 95% interval; then what fine-tuning kept of MPP's encoder (``kept_table``)."""
     curve = results["finetuned"]
     floor = 100 * sum(results["mpp_accuracy_most_frequent_class"]) / len(results["mpp_accuracy_most_frequent_class"])
     lines = [f"| MPP pre-training ({len(results['seeds'])} seeds) | MPP accuracy (most frequent colour: {floor:.1f}) "
