@@ -153,6 +153,10 @@ class PretrainingCurveConfig(ExperimentConfig):
     finetune: tuple[str, ...] = ()
     finetune_steps: int = 0  # the fine-tuning's optimizer steps (``finetune`` sets them): scratch adds them
     scratch_finetune: tuple[str, ...] = ()  # the from-scratch runs', after ``finetune`` (their warm-up, log steps)
+    # Besides (0: not), MPP's encoder at the longest length fine-tuned this many steps by the same recipe, read against
+    # the same scratch runs: whether MPP is held back by a fine-tuning kept as short as scratch's matched length allows
+    # (MPP then trains more steps in all than scratch, a bias in MPP's favour).
+    longer_finetune_steps: int = 0
 
     def presets(self) -> tuple[str, ...]:
         return ("mpp_preset", "eval_preset", *(("finetune_preset",) if self.finetune_preset else ()))
@@ -162,6 +166,10 @@ class PretrainingCurveConfig(ExperimentConfig):
         if self.finetune_preset and self.finetune_steps < 1:
             raise ConfigError("finetune_steps must give the fine-tuning's optimizer steps (the train.steps it sets): "
                               "the runs from scratch train as many more")
+        longer = self.longer_finetune_steps
+        if longer and not (self.finetune_preset and longer > self.finetune_steps):
+            raise ConfigError(f"longer_finetune_steps={self.longer_finetune_steps} needs a finetune_preset and more "
+                              f"steps than finetune_steps={self.finetune_steps} (0: no longer fine-tuning)")
         if not self.epochs or list(self.epochs) != sorted(set(self.epochs)) or self.epochs[0] < 1:
             raise ConfigError(f"epochs={list(self.epochs)} must list whole epochs from 1 up, each once, in order")
         self.pretraining_epochs = self.pretraining_epochs or self.epochs[-1]

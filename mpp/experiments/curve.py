@@ -46,6 +46,7 @@ from mpp.training.checkpoint import checkpoint_path
 logger = logging.getLogger(__name__)
 PIXELS = "pixels"
 MODEL_FILE = SAFE_WEIGHTS_NAME  # the model's weights in an accelerate checkpoint
+LONGER = "finetune-longer"  # the runs of ``longer_finetune_steps``
 SIMILARITY_IMAGES = 256  # test images every encoder's blocks are read on: one seeded sample for all of them
 SIMILARITY_SEED = 0
 
@@ -106,7 +107,8 @@ def plan_runs(cfg: PretrainingCurveConfig, repository: Path, epoch_steps: int) -
 def finetuning_runs(cfg: PretrainingCurveConfig, repository: Path, epoch_steps: int) -> list[Run]:
     """Where ``finetune_preset`` is set: per seed and length, the encoder at that length's checkpoint fine-tuned,
     and a ViT from scratch trained by the same preset for as many steps as the pre-training to that length and the
-    fine-tuning together. The runs from scratch need no pre-training: the longest start beside it."""
+    fine-tuning together. The runs from scratch need no pre-training: the longest start beside it. With
+    ``longer_finetune_steps``, the longest length's encoder fine-tuned that many steps too (``LONGER``)."""
     if not cfg.finetune_preset:
         return []
     output_dir = Path(cfg.output_dir)
@@ -122,15 +124,20 @@ def finetuning_runs(cfg: PretrainingCurveConfig, repository: Path, epoch_steps: 
                                   *widened_sweep(grids, tuned)), seed, output_dir / name)
         return Run(name, start, command, after, also_after=waits)
 
+    def from_mpp(start: str, epochs: int, seed: int, *extra: str) -> Run:
+        source = f"pretrain/mpp-seed{seed}"
+        checkpoint = checkpoint_path(output_dir / source, epochs * epoch_steps)
+        return finetuning(start, epochs, seed, source, f"init={checkpoint / MODEL_FILE}", *extra)
+
     scratch, finetuned = [], []
     for epochs in reversed(cfg.epochs):
         for seed in cfg.seeds:
-            source = f"pretrain/mpp-seed{seed}"
-            checkpoint = checkpoint_path(output_dir / source, epochs * epoch_steps)
-            finetuned.append(finetuning("finetune", epochs, seed, source, f"init={checkpoint / MODEL_FILE}"))
+            finetuned.append(from_mpp("finetune", epochs, seed))
             scratch.append(finetuning("scratch", epochs, seed, None, *cfg.scratch_finetune,
                                       f"train.steps={epochs * epoch_steps + cfg.finetune_steps}"))
-    return scratch + finetuned
+    longer = [from_mpp(LONGER, cfg.epochs[-1], seed, f"train.steps={cfg.longer_finetune_steps}")
+              for seed in cfg.seeds] if cfg.longer_finetune_steps else []
+    return scratch + finetuned + longer
 
 
 def sweep_grid(cfg: PretrainingCurveConfig, start: str) -> tuple[float, ...]:
@@ -151,7 +158,8 @@ def encoder_similarities(cfg: PretrainingCurveConfig, epoch_steps: int) -> tuple
     """What fine-tuning keeps of what MPP learned, per length, each a list over the seeds: per block, the linear CKA
     between MPP's encoder at that length and the encoder fine-tuned from it (``kept_similarity``) and between that
     fine-tuned encoder and the one trained from scratch as long (``similarity_to_scratch``); and fine-tuning's
-    relative weight change from MPP's (``weight_change``). Every encoder is read on the CPU in this process, on one
+    relative weight change from MPP's (``weight_change``); where it ran, under ``LONGER``, the longer fine-tuning's
+    kept CKA and weight change. Every encoder is read on the CPU in this process, on one
     seeded sample of the test images (their number is returned too), normalised as the fine-tuning runs normalise
     them, with the architecture the fine-tuning preset builds."""
     output_dir = Path(cfg.output_dir)
@@ -172,7 +180,7 @@ def encoder_similarities(cfg: PretrainingCurveConfig, epoch_steps: int) -> tuple
     images = InputNormalisation(run.data.mean, run.data.std, run.model.in_chans)(raw)
     curve = {}
     for epochs in cfg.epochs:
-        kept, to_scratch, change = [], [], []
+        kept, to_scratch, change, longer = [], [], [], {"kept_similarity": [], "weight_change": []}
         for seed in cfg.seeds:
             mpp = encoder(checkpoint_path(output_dir / f"pretrain/mpp-seed{seed}", epochs * epoch_steps) / MODEL_FILE)
             tuned = encoder(final_weights(finished_run(cfg, "finetune", epochs, seed)))
@@ -180,8 +188,19 @@ def encoder_similarities(cfg: PretrainingCurveConfig, epoch_steps: int) -> tuple
             scratch = encoder(final_weights(finished_run(cfg, "scratch", epochs, seed)))
             to_scratch.append(block_similarity(tuned, scratch, images))
             change.append(relative_weight_change(mpp.state_dict(), tuned.state_dict()))
-        curve[str(epochs)] = {"kept_similarity": kept, "similarity_to_scratch": to_scratch, "weight_change": change}
+            if longer_finetuned(cfg, epochs):
+                tuned_longer = encoder(final_weights(finished_run(cfg, LONGER, epochs, seed)))
+                longer["kept_similarity"].append(block_similarity(mpp, tuned_longer, images))
+                longer["weight_change"].append(relative_weight_change(mpp.state_dict(), tuned_longer.state_dict()))
+        curve[str(epochs)] = {"kept_similarity": kept, "similarity_to_scratch": to_scratch, "weight_change": change,
+                              **({LONGER: longer} if longer_finetuned(cfg, epochs) else {})}
     return curve, len(images)
+
+
+def longer_finetuned(cfg: PretrainingCurveConfig, epochs: int) -> bool:
+    """Whether MPP's encoder after ``epochs`` was also fine-tuned ``longer_finetune_steps`` steps (the longest length
+    alone)."""
+    return bool(cfg.longer_finetune_steps) and epochs == cfg.epochs[-1]
 
 
 def finetuned_results(cfg: PretrainingCurveConfig, epoch_steps: int) -> dict[str, Any]:
@@ -189,7 +208,7 @@ def finetuned_results(cfg: PretrainingCurveConfig, epoch_steps: int) -> dict[str
     balanced accuracy, from MPP's encoder and from scratch trained as long, their learning rates and final training
     accuracies; MPP's own accuracy at that length (its training log's, over the epoch that ended there) beside
     always predicting the most frequent colour; and what fine-tuning kept of MPP's encoder
-    (``encoder_similarities``)."""
+    (``encoder_similarities``). The longest length holds the longer fine-tuning's under ``LONGER``, where it ran."""
     output_dir = Path(cfg.output_dir)
     pretraining = [output_dir / f"pretrain/mpp-seed{seed}" for seed in cfg.seeds]
     batch = [read_metrics(run)["global_batch_size"] for run in pretraining]
@@ -199,7 +218,7 @@ def finetuned_results(cfg: PretrainingCurveConfig, epoch_steps: int) -> dict[str
         entry: dict[str, Any] = {"epochs": epochs, "pretraining_steps": epochs * epoch_steps,
                                  "mpp_accuracy": [points.get(epochs * epoch_steps * size)
                                                   for points, size in zip(logged, batch, strict=True)]}
-        for start in ("finetune", "scratch"):
+        for start in ("finetune", "scratch", *((LONGER,) if longer_finetuned(cfg, epochs) else ())):
             runs = [read_metrics(output_dir / finished_run(cfg, start, epochs, seed)) for seed in cfg.seeds]
             entry[start] = {"accuracy": [run["test_accuracy"] for run in runs],
                             "balanced_accuracy": [run["test_balanced_accuracy"] for run in runs],
@@ -210,7 +229,10 @@ def finetuned_results(cfg: PretrainingCurveConfig, epoch_steps: int) -> dict[str
         curve[str(epochs)] = entry
     similarities, images = encoder_similarities(cfg, epoch_steps)
     for epochs, entry in curve.items():
-        entry.update(similarities[epochs])
+        measured = similarities[epochs]
+        if LONGER in measured:  # what the longer fine-tuning kept, beside its accuracies
+            entry[LONGER] |= measured.pop(LONGER)
+        entry.update(measured)
     floor = [read_metrics(run)["mpp_accuracy_most_frequent_class"] for run in pretraining]
     return {"finetuned": curve, "similarity_images": images, "mpp_accuracy_most_frequent_class": floor}
 
@@ -254,7 +276,7 @@ def finetuned_table(results: dict[str, Any]) -> str:
     legend = (f"\n{GRID_EDGE}: the lowest or the highest rate of the grid its length swept, where a wider grid might "
               "choose beyond it; running the experiment again widens that grid by a factor of 3 on that side and "
               "sweeps it again.\n") if edges else ""
-    return "\n".join(lines) + "\n" + legend + kept_table(results)
+    return "\n".join(lines) + "\n" + legend + kept_table(results) + longer_table(results)
 
 
 def mean_sd(values: list[float], spec: str) -> str:
@@ -282,6 +304,33 @@ def kept_table(results: dict[str, Any]) -> str:
                      f"{mean_sd([blocks[-1] for blocks in kept], '.3f')} | "
                      f"{mean_sd([blocks[-1] for blocks in to_scratch], '.3f')} | "
                      f"{mean_sd([100 * change for change in entry['weight_change']], '.1f')} |")
+    return "\n".join(lines) + "\n"
+
+
+def longer_table(results: dict[str, Any]) -> str:
+    """Markdown, after a blank line, where the longest length was also fine-tuned longer (``LONGER``): its fine-tuned
+    balanced accuracy and final training accuracy, its gain over scratch and over the short fine-tuning with their
+    95% intervals, what it kept of MPP's encoder (the last block's CKA, the weight change) and its rates. Empty
+    otherwise."""
+    epochs, entry = next(reversed(results["finetuned"].items()))
+    if LONGER not in entry:
+        return ""
+    longer, short, scratch = entry[LONGER], entry["finetune"], entry["scratch"]
+    steps, short_steps, scratch_steps = longer["steps"][0], short["steps"][0], scratch["steps"][0]
+    over = {name: describe_difference(paired_difference(longer["balanced_accuracy"], start["balanced_accuracy"],
+                                                        scale=100))
+            for name, start in (("scratch", scratch), ("short", short))}
+    lines = ["", f"MPP's encoder after {length_label(epochs)} fine-tuned {steps:,} steps instead of {short_steps:,}, "
+             f"by the same recipe: {entry['pretraining_steps'] + steps:,} steps in all against the {scratch_steps:,} "
+             "of the ViT from scratch above, a bias in MPP's favour:", "",
+             f"| MPP pre-training ({len(results['seeds'])} seeds) | Fine-tuning steps | Fine-tuned from MPP, balanced "
+             "| Final training accuracy | Gain over scratch, points | Gain over the fine-tuning of "
+             f"{short_steps:,} steps, points | Kept CKA, last block | Weight change, % | Rates chosen |",
+             "|---|---:|---:|---:|---|---|---:|---:|---|",
+             f"| {length_label(epochs)} | {steps:,} | {percent(longer['balanced_accuracy'])} | "
+             f"{percent(longer['train_accuracy'])} | {over['scratch']} | {over['short']} | "
+             f"{mean_sd([blocks[-1] for blocks in longer['kept_similarity']], '.3f')} | "
+             f"{mean_sd([100 * change for change in longer['weight_change']], '.1f')} | {chosen_rates(longer)} |"]
     return "\n".join(lines) + "\n"
 
 

@@ -142,9 +142,10 @@ class RunFailed(RunError):
 
 # Settings an experiment may change when continued: which seeds (each seed's runs are independent of the others', so
 # an experiment at 3 seeds grows to 5 by running again with 5), a pre-training curve's lengths read (each reads
-# checkpoints of the same runs, whose length, pretraining_epochs, is fixed), how many runs at once, and where results
-# are published.
-FREE_TO_CHANGE = ("seeds", "epochs", "parallel_runs", "publish_dir", "results_page", "tables_only", "chance_margin")
+# checkpoints of the same runs, whose length, pretraining_epochs, is fixed), a curve's longer fine-tuning (runs of its
+# own), how many runs at once, and where results are published.
+FREE_TO_CHANGE = ("seeds", "epochs", "parallel_runs", "publish_dir", "results_page", "tables_only", "chance_margin",
+                  "longer_finetune_steps")
 
 
 def fixed_settings(settings: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:

@@ -19,8 +19,8 @@ from mpp.config.building import build_config
 from mpp.errors import ConfigError
 from mpp.experiments.config import PretrainingCurveConfig
 from mpp.experiments.runner import claim_experiment
-from mpp.experiments.curve import (curve_table, encoder_similarities, finetuned_table, finished_run, plan_runs,
-                                   pretraining_steps_per_epoch, swept_grid)
+from mpp.experiments.curve import (LONGER, curve_table, encoder_similarities, finetuned_table, finished_run,
+                                   plan_runs, pretraining_steps_per_epoch, swept_grid)
 from mpp.models.encoder import create_encoder
 from mpp.run.directory import write_metrics
 from mpp.training.checkpoint import checkpoint_path
@@ -196,6 +196,29 @@ def test_fine_tuned_the_encoder_at_each_length_meets_a_vit_from_scratch_trained_
         tiny_config(tmp_path, **{**FINETUNED, "finetune_steps": 0})
 
 
+def test_the_longest_lengths_encoder_is_also_fine_tuned_longer_in_runs_a_finished_curve_adds(tmp_path):
+    tuned_once = {**FINETUNED, "finetune": [*FINETUNED["finetune"][:-1], "finetune.sweep_lrs=[0.01,0.1]"]}
+    cfg = tiny_config(tmp_path, seeds=[3, 7], tune_once=True, **tuned_once)
+    claim_experiment(cfg)
+    longer_cfg = tiny_config(tmp_path, seeds=[3, 7], tune_once=True, longer_finetune_steps=12, **tuned_once)
+    claim_experiment(longer_cfg)  # the same experiment, continued with the longer runs
+    planned = plan_runs(longer_cfg, ROOT, 5)
+    longer = [run for run in planned if run.stage == LONGER]
+    assert [run for run in planned if run not in longer] == plan_runs(cfg, ROOT, 5)  # no run of the curve changes
+    assert [run.name for run in longer] == [f"{LONGER}/epoch2-seed3", f"{LONGER}/epoch2-seed7"]  # the longest alone
+    for run, seed in zip(longer, (3, 7), strict=True):
+        assert run.after == f"pretrain/mpp-seed{seed}"
+        assert f"init={cfg.output_dir}/pretrain/mpp-seed{seed}/checkpoints/step_00000010/model.safetensors" \
+               in run.command
+        tuned = build_config(FinetuneRunConfig, run.command[3], run.command[4:])
+        assert tuned.train.steps == 12 and tuned.train.warmup_steps == 1  # the same recipe, only longer
+    assert longer[0].also_after == () and "finetune.sweep_lrs=[0.01,0.1]" in longer[0].command  # its own sweep
+    assert longer[1].also_after == (f"{LONGER}/epoch2-seed3",)
+    for steps, fix in ((4, "more steps than finetune_steps=4"), (12, "needs a finetune_preset")):
+        with pytest.raises(ConfigError, match=fix):
+            tiny_config(tmp_path, longer_finetune_steps=steps, **(FINETUNED if steps == 4 else {}))
+
+
 def test_a_lengths_rate_chosen_at_its_grids_edge_is_swept_again_over_a_widened_grid_and_its_results_read(tmp_path):
     cfg = tiny_config(tmp_path, seeds=[3, 7], tune_once=True, **{
         **FINETUNED, "finetune": [*FINETUNED["finetune"][:-1], "finetune.sweep_lrs=[0.01,0.1]"]})
@@ -252,6 +275,19 @@ def test_the_fine_tuned_tables_read_mpp_against_its_floor_its_gain_over_scratch_
     assert ("| MPP pre-training (3 seeds) | Kept CKA, first block | Kept CKA, last block | Last block's CKA to scratch "
             "| Weight change, % |\n|---|---:|---:|---:|---:|\n| 1 epoch | 0.800 ± 0.100 | 0.400 ± 0.100 | "
             "0.700 ± 0.100 | 20.0 ± 10.0 |\n") in table
+    assert "fine-tuned 90 steps" not in table  # no longer fine-tuning: no such table
+
+    # The longest length fine-tuned 90 steps too: balanced 45, 48, 49 against scratch's 40, 41, 42 (+5, +7, +7:
+    # +6.3, SD 1.15, 6.3 ± 4.303 x 1.15 / sqrt(3) = [+3.5, +9.2], t 9.5 on 2 df: p 0.011) and the short fine-tuning's
+    # 50, 52, 54 (-5, -4, -5: -4.7, SD 0.58, t 14.0: p 0.0051).
+    results["finetuned"]["1"][LONGER] = {**runs([0.45, 0.48, 0.49], [0.97, 0.98, 0.99]), "steps": [90, 90, 90],
+                                         "kept_similarity": [[0.9, 0.2], [0.8, 0.3], [0.7, 0.4]],
+                                         "weight_change": [0.3, 0.4, 0.5]}
+    table = finetuned_table(results)
+    assert ("MPP's encoder after 1 epoch fine-tuned 90 steps instead of 9, by the same recipe: 95 steps in all "
+            "against the 9 of the ViT from scratch above") in table
+    assert ("| 1 epoch | 90 | 47.3 ± 2.1 | 98.0 ± 1.0 | +6.3 [+3.5, +9.2], shown (p 0.011) | -4.7 [-6.1, -3.2], shown "
+            "(p 0.0051) | 0.300 ± 0.100 | 40.0 ± 10.0 | 0.1 x3 |") in table
 
 
 def test_a_lengths_grid_is_the_rates_its_first_seeds_sweep_tried():
@@ -262,7 +298,7 @@ def test_a_lengths_grid_is_the_rates_its_first_seeds_sweep_tried():
 
 
 def test_what_fine_tuning_keeps_reads_the_mpp_checkpoint_against_each_runs_last_weights(tmp_path):
-    cfg = tiny_config(tmp_path, seeds=[3], **FINETUNED)
+    cfg = tiny_config(tmp_path, seeds=[3], longer_finetune_steps=40, **FINETUNED)
     output_dir = Path(cfg.output_dir)
     model = build_config(FinetuneRunConfig, cfg.finetune_preset, (*cfg.data, *cfg.encoder, *cfg.finetune)).model
     head = {"head.weight": torch.zeros(10, 16), "head.bias": torch.zeros(10)}  # a classifier's, left out
@@ -285,6 +321,8 @@ def test_what_fine_tuning_keeps_reads_the_mpp_checkpoint_against_each_runs_last_
         save(f"finetune/epoch{epochs}-seed3", 4, tuned, head)
         save(f"scratch/epoch{epochs}-seed3", 5 * epochs + 4, create_encoder(model).state_dict() if epochs == 1
              else tuned, head)
+    # The longest length's longer fine-tuning scaled every weight by 1.3.
+    save(f"{LONGER}/epoch2-seed3", 40, {name: 1.3 * value for name, value in mpp.items()}, head)
     similarities, images = encoder_similarities(cfg, 5)
     assert images == 256
     assert similarities["1"]["kept_similarity"] == [[pytest.approx(1, abs=1e-9)]]  # one block, one seed
@@ -293,6 +331,9 @@ def test_what_fine_tuning_keeps_reads_the_mpp_checkpoint_against_each_runs_last_
     assert similarities["2"]["kept_similarity"][0][0] < 1 - 1e-6  # MPP's weights scaled, through layer norms
     assert similarities["2"]["weight_change"] == [pytest.approx(0.1, abs=1e-6)]
     assert similarities["2"]["similarity_to_scratch"] == [[pytest.approx(1, abs=1e-9)]]
+    assert LONGER not in similarities["1"]  # the longest length alone
+    assert similarities["2"][LONGER]["weight_change"] == [pytest.approx(0.3, abs=1e-6)]
+    assert len(similarities["2"][LONGER]["kept_similarity"][0]) == 1  # per seed, per block
 
 
 def synthetic_curve(balanced_like_plain: bool, largest_class: float) -> dict:
