@@ -21,6 +21,9 @@ from typing import Any, Optional
 from mpp.evaluation.statistics import paired_t_power, seeds_for_power
 
 FAMILY_LEVEL = 0.05
+# The registered pre-training length, in epochs of each data set's own training images, for every pre-trained row:
+# the rule of results/preregistration.md read on the clip-art fine-tuned curve (its "What came out").
+PRETRAINING_EPOCHS = 100
 
 
 @dataclass(frozen=True)
@@ -130,7 +133,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = parser.parse_args(argv)
     plan = power_plan(args.results, args.power)
     print(f"Family: {family_size()} comparisons, Holm at {FAMILY_LEVEL:g}; planned at {plan[0]['level']:.5f} "
-          f"(two-sided paired t-test)\n")
+          f"(two-sided paired t-test); every pre-trained row pre-trains {PRETRAINING_EPOCHS} epochs of its data set's "
+          "training images\n")
     print(plan_table(plan, args.power))
     print("\nSeeds per protocol (every seed runs all its rows):")
     for protocol, seeds in seeds_per_protocol(plan).items():

@@ -25,7 +25,9 @@ from mpp.experiments.cost import (
     plan_cost,
     pretraining_config,
 )
-from mpp.experiments.primary_family import CLAIMS, FAMILY_LEVEL, family_size, paired_sd
+from mpp.data.batch_order import steps_per_epoch
+from mpp.experiments.primary_family import (CLAIMS, FAMILY_LEVEL, PRETRAINING_EPOCHS, PROTOCOLS, family_size,
+                                            paired_sd, power_plan, seeds_per_protocol)
 from tests.experiments.test_reproduction import TINY_PRESETS
 from tests.launching import ROOT
 
@@ -175,16 +177,31 @@ def test_a_gpu_presets_rates_are_chosen_from_a_wide_grid_on_the_registered_valid
 
 
 @pytest.mark.parametrize("name", GPU_PRESETS)
-def test_a_gpu_presets_seeds_give_claim_one_a_power_of_0_8_at_holms_first_level(name, monkeypatch):
+def test_a_gpu_presets_seeds_are_its_protocols_registered_seeds_and_give_claim_one_their_power(name, monkeypatch):
     cfg = gpu_preset(name, monkeypatch)
-    published = json.loads((ROOT / "results" / GPU_PRESETS[name][2] / "results.json").read_text())
-    sd, level = paired_sd(published["rows"], CLAIM), FAMILY_LEVEL / family_size()
-    seeds = seeds_for_power(CLAIM.effect, sd, level)
+    experiment = GPU_PRESETS[name][2]
+    protocol = next(protocol.name for protocol in PROTOCOLS if protocol.experiment == experiment)
+    seeds = seeds_per_protocol(power_plan(ROOT / "results"))[protocol]  # the most any claim of the protocol needs
     assert len(cfg.seeds) == seeds
+    published = json.loads((ROOT / "results" / experiment / "results.json").read_text())
+    sd, level = paired_sd(published["rows"], CLAIM), FAMILY_LEVEL / family_size()
+    assert seeds >= seeds_for_power(CLAIM.effect, sd, level)
     said = header(name)
     power = paired_t_power(CLAIM.effect, sd, seeds, level)
-    assert re.search(rf"\b{seeds} seeds: the fewest whose power reaches 0\.8 for claim 1's \+2 points", said)
+    assert re.search(rf"\b{seeds} seeds: the registered seeds of (its protocol|the protocol it copies)", said)
     assert "0.05/16 = 0.0031" in said and f"({sd:.2f} points" in said and f"power {power:.2f}" in said
+
+
+@pytest.mark.parametrize("name", GPU_PRESETS)
+def test_a_gpu_preset_pre_trains_the_registered_length(name, monkeypatch):
+    cfg = gpu_preset(name, monkeypatch)
+    _, training_images, _ = GPU_PRESETS[name]
+    for row in cfg.rows:
+        if row.pretraining:
+            train = pretraining_config(cfg, row).train
+            assert train.steps == PRETRAINING_EPOCHS * steps_per_epoch(training_images, train.global_batch_size)
+    assert (f"{PRETRAINING_EPOCHS} epochs of the {training_images:,} training images ({train.steps:,} steps of "
+            f"{train.global_batch_size})") in header(name)
 
 
 def test_the_performance_page_shows_each_gpu_presets_cost_as_the_command_prints_it(monkeypatch):
