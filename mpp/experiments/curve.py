@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from accelerate.utils import SAFE_WEIGHTS_NAME
 from timm.models.vision_transformer import VisionTransformer
@@ -219,13 +219,16 @@ def finetuned_results(cfg: PretrainingCurveConfig, epoch_steps: int) -> dict[str
                                  "mpp_accuracy": [points.get(epochs * epoch_steps * size)
                                                   for points, size in zip(logged, batch, strict=True)]}
         for start in ("finetune", "scratch", *((LONGER,) if longer_finetuned(cfg, epochs) else ())):
-            runs = [read_metrics(output_dir / finished_run(cfg, start, epochs, seed)) for seed in cfg.seeds]
+            folders = [output_dir / finished_run(cfg, start, epochs, seed) for seed in cfg.seeds]
+            runs = [read_metrics(folder) for folder in folders]
             entry[start] = {"accuracy": [run["test_accuracy"] for run in runs],
                             "balanced_accuracy": [run["test_balanced_accuracy"] for run in runs],
                             "lr": [run["chosen_lr"] or run["lr"] for run in runs],
                             "lr_grid": swept_grid(runs),
                             "steps": [run["step"] for run in runs],
-                            "train_accuracy": [run["train_accuracy"] for run in runs]}
+                            "train_accuracy": [run["train_accuracy"] for run in runs],
+                            "train_accuracy_last_fifth": [last_fifths_training_accuracy(folder, run)
+                                                          for folder, run in zip(folders, runs, strict=True)]}
         curve[str(epochs)] = entry
     similarities, images = encoder_similarities(cfg, epoch_steps)
     for epochs, entry in curve.items():
@@ -235,6 +238,15 @@ def finetuned_results(cfg: PretrainingCurveConfig, epoch_steps: int) -> dict[str
         entry.update(measured)
     floor = [read_metrics(run)["mpp_accuracy_most_frequent_class"] for run in pretraining]
     return {"finetuned": curve, "similarity_images": images, "mpp_accuracy_most_frequent_class": floor}
+
+
+def last_fifths_training_accuracy(folder: Path, metrics: dict[str, Any]) -> Optional[float]:
+    """A finished training run's logged training accuracy at its first log step in the last fifth of its steps (the
+    registration's plateau reading: against its final training accuracy, how much it still rose over its last
+    fifth); None where no log step falls there."""
+    logged = logged_scalars(folder, "train/train_accuracy")  # {images seen: accuracy over the last log window}
+    last_fifth = [images for images in logged if images >= 0.8 * metrics["step"] * metrics["global_batch_size"]]
+    return logged[min(last_fifth)] if last_fifth else None
 
 
 def swept_grid(runs: list[dict[str, Any]]) -> list[float]:
@@ -252,15 +264,16 @@ def chosen_rates(start: dict[str, Any]) -> str:
 
 def finetuned_table(results: dict[str, Any]) -> str:
     """Markdown: at each pre-training length, MPP's accuracy against its floor, fine-tuned balanced accuracy from
-    MPP and from scratch trained as long and each one's training accuracy over its last log window (mean ± SD, in
-    %), and MPP's gain with its 95% interval; then what fine-tuning kept of MPP's encoder (``kept_table``)."""
+    MPP and from scratch trained as long, each one's training accuracy over its last log window and how much it rose
+    over the last fifth of the steps (mean ± SD, in %), and MPP's gain with its 95% interval; then what fine-tuning
+    kept of MPP's encoder (``kept_table``) and the longer fine-tuning (``longer_table``)."""
     curve = results["finetuned"]
     floor = 100 * sum(results["mpp_accuracy_most_frequent_class"]) / len(results["mpp_accuracy_most_frequent_class"])
     lines = [f"| MPP pre-training ({len(results['seeds'])} seeds) | MPP accuracy (most frequent colour: {floor:.1f}) "
              "| Fine-tuned from MPP, balanced | From scratch, as many steps, balanced | Final training accuracy, "
-             "fine-tuning MPP | Final training accuracy, scratch | MPP's fine-tuned gain, points | Rates chosen, "
-             "from MPP; from scratch |",
-             "|---|---:|---:|---:|---:|---:|---|---|"]
+             "fine-tuning MPP | Final training accuracy, scratch | Its rise over the last fifth, points, MPP; scratch "
+             "| MPP's fine-tuned gain, points | Rates chosen, from MPP; from scratch |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---|"]
     for epochs, entry in curve.items():
         gain = paired_difference(entry["finetune"]["balanced_accuracy"], entry["scratch"]["balanced_accuracy"],
                                  scale=100)
@@ -270,6 +283,7 @@ def finetuned_table(results: dict[str, Any]) -> str:
                      f"{percent(mpp) if mpp else '—'} | {percent(entry['finetune']['balanced_accuracy'])} | "
                      f"{percent(entry['scratch']['balanced_accuracy'])} | "
                      f"{trained['finetune']} | {trained['scratch']} | "
+                     f"{last_fifths_rise(entry['finetune'])}; {last_fifths_rise(entry['scratch'])} | "
                      f"{describe_difference(gain, claimed=True)} | "
                      f"{chosen_rates(entry['finetune'])}; {chosen_rates(entry['scratch'])} |")
     edges = GRID_EDGE in "\n".join(lines)
@@ -277,6 +291,16 @@ def finetuned_table(results: dict[str, Any]) -> str:
               "choose beyond it; running the experiment again widens that grid by a factor of 3 on that side and "
               "sweeps it again.\n") if edges else ""
     return "\n".join(lines) + "\n" + legend + kept_table(results) + longer_table(results)
+
+
+def last_fifths_rise(start: dict[str, Any]) -> str:
+    """Mean ± SD over the seeds of how many points the training accuracy rose over the last fifth of the steps (near
+    0: a plateau); "—" where a seed logged no step there, or for a results.json written before it was read."""
+    before = start.get("train_accuracy_last_fifth")
+    if not before or None in before:
+        return "—"
+    mean, std = mean_std([100 * (final - then) for final, then in zip(start["train_accuracy"], before, strict=True)])
+    return f"{mean:+.1f} ± {std:.1f}"
 
 
 def mean_sd(values: list[float], spec: str) -> str:
@@ -309,9 +333,9 @@ def kept_table(results: dict[str, Any]) -> str:
 
 def longer_table(results: dict[str, Any]) -> str:
     """Markdown, after a blank line, where the longest length was also fine-tuned longer (``LONGER``): its fine-tuned
-    balanced accuracy and final training accuracy, its gain over scratch and over the short fine-tuning with their
-    95% intervals, what it kept of MPP's encoder (the last block's CKA, the weight change) and its rates. Empty
-    otherwise."""
+    balanced accuracy, final training accuracy and its rise over the last fifth, its gain over scratch and over the
+    short fine-tuning with their 95% intervals, what it kept of MPP's encoder (the last block's CKA, the weight
+    change) and its rates. Empty otherwise."""
     epochs, entry = next(reversed(results["finetuned"].items()))
     if LONGER not in entry:
         return ""
@@ -324,11 +348,13 @@ def longer_table(results: dict[str, Any]) -> str:
              f"by the same recipe: {entry['pretraining_steps'] + steps:,} steps in all against the {scratch_steps:,} "
              "of the ViT from scratch above, a bias in MPP's favour:", "",
              f"| MPP pre-training ({len(results['seeds'])} seeds) | Fine-tuning steps | Fine-tuned from MPP, balanced "
-             "| Final training accuracy | Gain over scratch, points | Gain over the fine-tuning of "
-             f"{short_steps:,} steps, points | Kept CKA, last block | Weight change, % | Rates chosen |",
-             "|---|---:|---:|---:|---|---|---:|---:|---|",
+             "| Final training accuracy | Its rise over the last fifth, points | Gain over scratch, points | Gain over "
+             f"the fine-tuning of {short_steps:,} steps, points | Kept CKA, last block | Weight change, % | Rates "
+             "chosen |",
+             "|---|---:|---:|---:|---:|---|---|---:|---:|---|",
              f"| {length_label(epochs)} | {steps:,} | {percent(longer['balanced_accuracy'])} | "
-             f"{percent(longer['train_accuracy'])} | {over['scratch']} | {over['short']} | "
+             f"{percent(longer['train_accuracy'])} | {last_fifths_rise(longer)} | {over['scratch']} | "
+             f"{over['short']} | "
              f"{mean_sd([blocks[-1] for blocks in longer['kept_similarity']], '.3f')} | "
              f"{mean_sd([100 * change for change in longer['weight_change']], '.1f')} | {chosen_rates(longer)} |"]
     return "\n".join(lines) + "\n"

@@ -20,7 +20,7 @@ from mpp.errors import ConfigError
 from mpp.experiments.config import PretrainingCurveConfig
 from mpp.experiments.runner import claim_experiment
 from mpp.experiments.curve import (LONGER, curve_table, encoder_similarities, finetuned_table, finished_run,
-                                   plan_runs, pretraining_steps_per_epoch, swept_grid)
+                                   last_fifths_training_accuracy, plan_runs, pretraining_steps_per_epoch, swept_grid)
 from mpp.models.encoder import create_encoder
 from mpp.run.directory import write_metrics
 from mpp.training.checkpoint import checkpoint_path
@@ -256,10 +256,16 @@ def test_the_fine_tuned_tables_read_mpp_against_its_floor_its_gain_over_scratch_
     assert "| MPP pre-training (3 seeds) | MPP accuracy (most frequent colour: 2.5) |" in table
     # Gains +10, +11, +12: mean 11, SD 1, 11 ± 4.303 / sqrt(3) = [+8.5, +13.5]; a seed without a log point left out.
     # Each arm's training accuracy, fine-tuning MPP's then scratch's.
-    assert ("| 1 epoch (5 steps) | 25.0 ± 7.1 | 52.0 ± 2.0 | 41.0 ± 1.0 | 70.0 ± 10.0 | 95.0 ± 5.0 | +11.0 [+8.5, "
-            "+13.5], shown" in table)
+    assert ("| 1 epoch (5 steps) | 25.0 ± 7.1 | 52.0 ± 2.0 | 41.0 ± 1.0 | 70.0 ± 10.0 | 95.0 ± 5.0 | —; — | +11.0 "
+            "[+8.5, +13.5], shown" in table)  # written before the last fifth was read: no rise
     assert "| 0.1 x3; 0.1 x3 |" in table and "(grid edge)" not in table  # no grid recorded: nothing to mark
     assert "What fine-tuning keeps" not in table  # results.json written before it was measured: no such table
+    # The training accuracy a fifth before the end: MPP's rose 20, 30 and 40 points since, scratch's 0, 1 and 2.
+    results["finetuned"]["1"]["finetune"]["train_accuracy_last_fifth"] = [0.4, 0.4, 0.4]
+    results["finetuned"]["1"]["scratch"]["train_accuracy_last_fifth"] = [0.9, 0.94, 0.98]
+    assert "| 95.0 ± 5.0 | +30.0 ± 10.0; +1.0 ± 1.0 | +11.0" in finetuned_table(results)
+    results["finetuned"]["1"]["scratch"]["train_accuracy_last_fifth"][1] = None  # no log step in its last fifth
+    assert "| +30.0 ± 10.0; — | +11.0" in finetuned_table(results)
     results["finetuned"]["1"]["finetune"]["lr_grid"] = [0.03, 0.1, 0.3]
     results["finetuned"]["1"]["scratch"] |= {"lr": [0.3, 0.3, 0.3], "lr_grid": [0.03, 0.1, 0.3]}
     table = finetuned_table(results)
@@ -286,8 +292,21 @@ def test_the_fine_tuned_tables_read_mpp_against_its_floor_its_gain_over_scratch_
     table = finetuned_table(results)
     assert ("MPP's encoder after 1 epoch fine-tuned 90 steps instead of 9, by the same recipe: 95 steps in all "
             "against the 9 of the ViT from scratch above") in table
-    assert ("| 1 epoch | 90 | 47.3 ± 2.1 | 98.0 ± 1.0 | +6.3 [+3.5, +9.2], shown (p 0.011) | -4.7 [-6.1, -3.2], shown "
-            "(p 0.0051) | 0.300 ± 0.100 | 40.0 ± 10.0 | 0.1 x3 |") in table
+    assert ("| 1 epoch | 90 | 47.3 ± 2.1 | 98.0 ± 1.0 | — | +6.3 [+3.5, +9.2], shown (p 0.011) | -4.7 [-6.1, -3.2], "
+            "shown (p 0.0051) | 0.300 ± 0.100 | 40.0 ± 10.0 | 0.1 x3 |") in table
+
+
+def test_the_plateau_reading_is_the_training_accuracy_logged_first_in_the_last_fifth_of_the_steps(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    with SummaryWriter(tmp_path) as writer:  # a run of 10 steps of 8 images, logged every 2 steps, x: images seen
+        for step in range(2, 11, 2):
+            writer.add_scalar("train/train_accuracy", step / 10, global_step=8 * step)
+            writer.add_scalar("train/loss", 1 - step / 10, global_step=8 * step)
+    # The last fifth starts after 8 steps (64 images): the point logged there is the first of it.
+    assert last_fifths_training_accuracy(tmp_path, {"step": 10, "global_batch_size": 8}) == pytest.approx(0.8)
+    assert last_fifths_training_accuracy(tmp_path, {"step": 9, "global_batch_size": 8}) == pytest.approx(0.8)
+    assert last_fifths_training_accuracy(tmp_path, {"step": 20, "global_batch_size": 8}) is None  # none logged there
 
 
 def test_a_lengths_grid_is_the_rates_its_first_seeds_sweep_tried():
