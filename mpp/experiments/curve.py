@@ -243,9 +243,10 @@ def finetuned_results(cfg: PretrainingCurveConfig, epoch_steps: int) -> dict[str
 def last_fifths_training_accuracy(folder: Path, metrics: dict[str, Any]) -> Optional[float]:
     """A finished training run's logged training accuracy at its first log step in the last fifth of its steps (the
     registration's plateau reading: against its final training accuracy, how much it still rose over its last
-    fifth); None where no log step falls there."""
+    fifth); None where no log step but the last falls there."""
     logged = logged_scalars(folder, "train/train_accuracy")  # {images seen: accuracy over the last log window}
-    last_fifth = [images for images in logged if images >= 0.8 * metrics["step"] * metrics["global_batch_size"]]
+    end = metrics["step"] * metrics["global_batch_size"]
+    last_fifth = [images for images in logged if 0.8 * end <= images < end]
     return logged[min(last_fifth)] if last_fifth else None
 
 

@@ -307,6 +307,8 @@ def test_the_plateau_reading_is_the_training_accuracy_logged_first_in_the_last_f
     assert last_fifths_training_accuracy(tmp_path, {"step": 10, "global_batch_size": 8}) == pytest.approx(0.8)
     assert last_fifths_training_accuracy(tmp_path, {"step": 9, "global_batch_size": 8}) == pytest.approx(0.8)
     assert last_fifths_training_accuracy(tmp_path, {"step": 20, "global_batch_size": 8}) is None  # none logged there
+    # A run of 6 steps: of its log steps (2, 4, 6) only the last falls in its last fifth, no span to read a rise on.
+    assert last_fifths_training_accuracy(tmp_path, {"step": 6, "global_batch_size": 8}) is None
 
 
 def test_a_lengths_grid_is_the_rates_its_first_seeds_sweep_tried():
