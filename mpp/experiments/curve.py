@@ -269,29 +269,61 @@ def finetuned_table(results: dict[str, Any]) -> str:
     over the last fifth of the steps (mean ± SD, in %), and MPP's gain with its 95% interval; then what fine-tuning
     kept of MPP's encoder (``kept_table``) and the longer fine-tuning (``longer_table``)."""
     curve = results["finetuned"]
+    compared = finetuned_comparisons(results)
     floor = 100 * sum(results["mpp_accuracy_most_frequent_class"]) / len(results["mpp_accuracy_most_frequent_class"])
     lines = [f"| MPP pre-training ({len(results['seeds'])} seeds) | MPP accuracy (most frequent colour: {floor:.1f}) "
              "| Fine-tuned from MPP, balanced | From scratch, as many steps, balanced | Final training accuracy, "
              "fine-tuning MPP | Final training accuracy, scratch | Its rise over the last fifth, points, MPP; scratch "
-             "| MPP's fine-tuned gain, points | Rates chosen, from MPP; from scratch |",
+             f"| {GAIN} | Rates chosen, from MPP; from scratch |",
              "|---|---:|---:|---:|---:|---:|---:|---|---|"]
     for epochs, entry in curve.items():
-        gain = paired_difference(entry["finetune"]["balanced_accuracy"], entry["scratch"]["balanced_accuracy"],
-                                 scale=100)
         mpp = [value for value in entry["mpp_accuracy"] if value is not None]
         trained = {start: percent(entry[start]["train_accuracy"]) for start in ("finetune", "scratch")}
-        lines.append(f"| {length_label(epochs)} ({entry['pretraining_steps']:,} steps) | "
+        lines.append(f"| {length_row(epochs, entry)} | "
                      f"{percent(mpp) if mpp else '—'} | {percent(entry['finetune']['balanced_accuracy'])} | "
                      f"{percent(entry['scratch']['balanced_accuracy'])} | "
                      f"{trained['finetune']} | {trained['scratch']} | "
                      f"{last_fifths_rise(entry['finetune'])}; {last_fifths_rise(entry['scratch'])} | "
-                     f"{describe_difference(gain, claimed=True)} | "
+                     f"{describe_difference(compared[length_row(epochs, entry), GAIN].difference, claimed=True)} | "
                      f"{chosen_rates(entry['finetune'])}; {chosen_rates(entry['scratch'])} |")
     edges = GRID_EDGE in "\n".join(lines)
     legend = (f"\n{GRID_EDGE}: the lowest or the highest rate of the grid its length swept, where a wider grid might "
               "choose beyond it; running the experiment again widens that grid by a factor of 3 on that side and "
               "sweeps it again.\n") if edges else ""
-    return "\n".join(lines) + "\n" + legend + kept_table(results) + longer_table(results)
+    holm = "\n".join(["", *holm_summary(list(compared.values()), kind="fine-tuned")])
+    return "\n".join(lines) + "\n" + legend + kept_table(results) + longer_table(results, compared) + holm
+
+
+GAIN = "MPP's fine-tuned gain, points"  # the fine-tuned table's column of MPP's gain over scratch
+OVER_SCRATCH = "Gain over scratch, points"  # the longer fine-tuning's, and its gain over the short fine-tuning's:
+
+
+def over_short(steps: int) -> str:
+    return f"Gain over the fine-tuning of {steps:,} steps, points"
+
+
+def length_row(epochs: str, entry: dict[str, Any]) -> str:
+    """The fine-tuned table's row of a length: its epochs and steps."""
+    return f"{length_label(epochs)} ({entry['pretraining_steps']:,} steps)"
+
+
+def finetuned_comparisons(results: dict[str, Any]) -> dict[tuple[str, str], Comparison]:
+    """Every paired difference of balanced accuracy the fine-tuned tables read, keyed by its table row and column:
+    MPP's gain over scratch at each length, and where it ran the longer fine-tuning's over scratch and over the short
+    fine-tuning. One family: the tables' Holm line corrects them together, apart from the frozen readings."""
+    compared = {}
+
+    def compare(row: str, column: str, better: dict[str, Any], worse: dict[str, Any]) -> None:
+        difference = paired_difference(better["balanced_accuracy"], worse["balanced_accuracy"], scale=100)
+        compared[row, column] = Comparison(row, column, "balanced accuracy", difference)
+
+    for epochs, entry in results["finetuned"].items():
+        compare(length_row(epochs, entry), GAIN, entry["finetune"], entry["scratch"])
+    epochs, entry = next(reversed(results["finetuned"].items()))
+    if LONGER in entry:
+        compare(length_label(epochs), OVER_SCRATCH, entry[LONGER], entry["scratch"])
+        compare(length_label(epochs), over_short(entry["finetune"]["steps"][0]), entry[LONGER], entry["finetune"])
+    return compared
 
 
 def last_fifths_rise(start: dict[str, Any]) -> str:
@@ -332,28 +364,27 @@ def kept_table(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def longer_table(results: dict[str, Any]) -> str:
+def longer_table(results: dict[str, Any], compared: dict[tuple[str, str], Comparison]) -> str:
     """Markdown, after a blank line, where the longest length was also fine-tuned longer (``LONGER``): its fine-tuned
     balanced accuracy, final training accuracy and its rise over the last fifth, its gain over scratch and over the
     short fine-tuning with their 95% intervals, what it kept of MPP's encoder (the last block's CKA, the weight
-    change) and its rates. Empty otherwise."""
+    change) and its rates (``compared``: ``finetuned_comparisons``). Empty otherwise."""
     epochs, entry = next(reversed(results["finetuned"].items()))
     if LONGER not in entry:
         return ""
     longer, short, scratch = entry[LONGER], entry["finetune"], entry["scratch"]
     steps, short_steps, scratch_steps = longer["steps"][0], short["steps"][0], scratch["steps"][0]
-    over = {name: describe_difference(paired_difference(longer["balanced_accuracy"], start["balanced_accuracy"],
-                                                        scale=100))
-            for name, start in (("scratch", scratch), ("short", short))}
+    row = length_label(epochs)
+    over = {"scratch": describe_difference(compared[row, OVER_SCRATCH].difference, claimed=True),
+            "short": describe_difference(compared[row, over_short(short_steps)].difference)}
     lines = ["", f"MPP's encoder after {length_label(epochs)} fine-tuned {steps:,} steps instead of {short_steps:,}, "
              f"by the same recipe: {entry['pretraining_steps'] + steps:,} steps in all against the {scratch_steps:,} "
              "of the ViT from scratch above, a bias in MPP's favour:", "",
              f"| MPP pre-training ({len(results['seeds'])} seeds) | Fine-tuning steps | Fine-tuned from MPP, balanced "
-             "| Final training accuracy | Its rise over the last fifth, points | Gain over scratch, points | Gain over "
-             f"the fine-tuning of {short_steps:,} steps, points | Kept CKA, last block | Weight change, % | Rates "
-             "chosen |",
+             f"| Final training accuracy | Its rise over the last fifth, points | {OVER_SCRATCH} | "
+             f"{over_short(short_steps)} | Kept CKA, last block | Weight change, % | Rates chosen |",
              "|---|---:|---:|---:|---:|---|---|---:|---:|---|",
-             f"| {length_label(epochs)} | {steps:,} | {percent(longer['balanced_accuracy'])} | "
+             f"| {row} | {steps:,} | {percent(longer['balanced_accuracy'])} | "
              f"{percent(longer['train_accuracy'])} | {last_fifths_rise(longer)} | {over['scratch']} | "
              f"{over['short']} | "
              f"{mean_sd([blocks[-1] for blocks in longer['kept_similarity']], '.3f')} | "

@@ -177,8 +177,9 @@ def parse_section(name: str, text: str) -> Experiment:
                     is_kept = (finding_of(header[0], cells[0]), column) in kept
                     experiment.comparisons.setdefault(f"{mean} {interval}", []).append(
                         Comparison(verdict, p, is_kept))
-                elif FIGURE.match(cell):
-                    experiment.figures.add(cell)
+                else:  # a figure, or two in one cell ("+6.1 ± 0.8; +1.2 ± 0.2"), read without their signs as quoted
+                    experiment.figures |= {part.lstrip("+-") for part in cell.split("; ")
+                                           if FIGURE.match(part.lstrip("+-"))}
     for row in experiment.results.get("rows", {}).values():  # the few-shot curve during pre-training, first and last
         curves = list(row.get("few_shot_during_pretraining", {}).values())
         if curves:
