@@ -160,6 +160,20 @@ def test_the_whole_curve_runs_writes_its_table_and_plot_and_a_rerun_redoes_nothi
     assert (tmp_path / "curve" / "pretraining_curve.png").read_bytes().startswith(b"\x89PNG")
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "24 runs, 24 already finished" in again.stderr
+    # The registration's plateau reading: scratch (9 and 14 steps, logged every 2) logs a step in its last fifth.
+    assert all(0 <= value <= 1 for entry in results["finetuned"].values()
+               for value in entry["scratch"]["train_accuracy_last_fifth"])
+
+    # The finished curve continued with a longer fine-tuning of the longest length: its two runs alone run.
+    longer = subprocess.run([*command, "longer_finetune_steps=8"], capture_output=True, text=True, timeout=300)
+    assert longer.returncode == 0 and "26 runs, 24 already finished" in longer.stderr, longer.stderr[-3000:]
+    finetuned = json.loads((tmp_path / "curve" / "results.json").read_text())["finetuned"]
+    assert LONGER not in finetuned["1"]  # the longest length alone
+    assert finetuned["2"][LONGER]["steps"] == [8, 8]
+    assert [len(blocks) for blocks in finetuned["2"][LONGER]["kept_similarity"]] == [2, 2]  # per seed, per block
+    table = (tmp_path / "curve" / "results.md").read_text()
+    assert "MPP's encoder after 2 epochs fine-tuned 8 steps instead of 4, by the same recipe: 18 steps in all" in table
+    assert "These tables read 4 fine-tuned comparisons" in table  # two lengths' gains and the longer's two
 
 
 def test_fine_tuned_the_encoder_at_each_length_meets_a_vit_from_scratch_trained_as_long(tmp_path):
