@@ -137,6 +137,12 @@ def finetuning_runs(cfg: PretrainingCurveConfig, repository: Path, epoch_steps: 
                                       f"train.steps={epochs * epoch_steps + cfg.finetune_steps}"))
     longer = [from_mpp(LONGER, cfg.epochs[-1], seed, f"train.steps={cfg.longer_finetune_steps}")
               for seed in cfg.seeds] if cfg.longer_finetune_steps else []
+    for run in longer:  # the setting may change when a curve continues: never under runs that trained another length
+        finished = read_metrics(output_dir / run.name)
+        if finished is not None and finished["step"] != cfg.longer_finetune_steps:
+            raise ConfigError(f"{output_dir / run.name} fine-tuned {finished['step']} steps, not "
+                              f"longer_finetune_steps={cfg.longer_finetune_steps}: set it back to {finished['step']}, "
+                              f"or delete {output_dir / LONGER} to fine-tune again")
     return scratch + finetuned + longer
 
 
@@ -159,9 +165,9 @@ def encoder_similarities(cfg: PretrainingCurveConfig, epoch_steps: int) -> tuple
     between MPP's encoder at that length and the encoder fine-tuned from it (``kept_similarity``) and between that
     fine-tuned encoder and the one trained from scratch as long (``similarity_to_scratch``); and fine-tuning's
     relative weight change from MPP's (``weight_change``); where it ran, under ``LONGER``, the longer fine-tuning's
-    kept CKA and weight change. Every encoder is read on the CPU in this process, on one
-    seeded sample of the test images (their number is returned too), normalised as the fine-tuning runs normalise
-    them, with the architecture the fine-tuning preset builds."""
+    kept CKA and weight change. Every encoder is read on the CPU in this process, on one seeded sample of the test
+    images (their number is returned too), normalised as the fine-tuning runs normalise them, with the architecture
+    the fine-tuning preset builds."""
     output_dir = Path(cfg.output_dir)
     run = build_config(FinetuneRunConfig, cfg.finetune_preset, (*cfg.data, *cfg.encoder, *cfg.finetune))
 
@@ -295,10 +301,11 @@ def finetuned_table(results: dict[str, Any]) -> str:
 
 
 GAIN = "MPP's fine-tuned gain, points"  # the fine-tuned table's column of MPP's gain over scratch
-OVER_SCRATCH = "Gain over scratch, points"  # the longer fine-tuning's, and its gain over the short fine-tuning's:
+OVER_SCRATCH = "Gain over scratch, points"  # the longer fine-tuning's table's column of its gain over scratch
 
 
 def over_short(steps: int) -> str:
+    """The longer fine-tuning's table's column of its gain over the short fine-tuning of ``steps`` steps."""
     return f"Gain over the fine-tuning of {steps:,} steps, points"
 
 

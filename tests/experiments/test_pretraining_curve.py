@@ -228,6 +228,12 @@ def test_the_longest_lengths_encoder_is_also_fine_tuned_longer_in_runs_a_finishe
         assert tuned.train.steps == 12 and tuned.train.warmup_steps == 1  # the same recipe, only longer
     assert longer[0].also_after == () and "finetune.sweep_lrs=[0.01,0.1]" in longer[0].command  # its own sweep
     assert longer[1].also_after == (f"{LONGER}/epoch2-seed3",)
+    (Path(cfg.output_dir) / longer[0].name).mkdir(parents=True)
+    write_metrics(Path(cfg.output_dir) / longer[0].name, {"step": 12, "chosen_lr": 0.03})  # inside its grid
+    assert plan_runs(longer_cfg, ROOT, 5)  # finished at the steps asked: read as it is
+    other = tiny_config(tmp_path, seeds=[3, 7], tune_once=True, longer_finetune_steps=20, **tuned_once)
+    with pytest.raises(ConfigError, match="fine-tuned 12 steps, not longer_finetune_steps=20: set it back to 12"):
+        plan_runs(other, ROOT, 5)  # another length under a finished run would be read as this one
     for steps, fix in ((4, "more steps than finetune_steps=4"), (12, "needs a finetune_preset")):
         with pytest.raises(ConfigError, match=fix):
             tiny_config(tmp_path, longer_finetune_steps=steps, **(FINETUNED if steps == 4 else {}))
