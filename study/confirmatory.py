@@ -1,0 +1,290 @@
+"""A registered confirmatory test of one claim: two fine-tuned arms compared over fresh seeds by one pre-declared
+paired test, then a fixed sequence of secondary tests, with exploratory arms beside them on the same seeds.
+
+    python -m study.confirmatory --config study/configs/confirm_openclipart_cpu.yaml [key=value ...]
+
+Per seed, in the registered order: one MPP pre-training run, then each arm's fine-tuning (from MPP's encoder, or from
+scratch) at the learning rate the registration fixed. A seed is recorded in ``publish_dir``'s results.json once all
+its arms have finished, and a seed recorded there is never run again: the test may be run over several sessions (or
+machines), each continuing with the seeds not yet recorded. The test is read once, when every registered seed has
+been recorded; until then the tables give the seeds run and the arms' training accuracies alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from mpp.command_line import run_recipe
+from mpp.config.runs import FewShotRunConfig
+from mpp.errors import ConfigError
+from mpp.evaluation.statistics import PairedDifference, paired_difference, student_t_two_sided_p
+from mpp.experiments.class_balance import class_balance
+from mpp.experiments.config import ExperimentConfig
+from mpp.experiments.curve import last_fifths_training_accuracy
+from mpp.experiments.publishing import check_section, markdown_table, mean_std, percent, replace_section
+from mpp.experiments.runner import Run, claim_experiment, execute, recipe_command
+from mpp.run.directory import read_metrics, write_whole
+from mpp.run.session import configure_logging
+
+REPOSITORY = Path(__file__).resolve().parents[1]  # whose recipes the runs launch
+DEFAULT_PRESET = Path(__file__).parent / "configs" / "confirm_openclipart_cpu.yaml"
+PRETRAIN = "pretrain/mpp"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One fine-tuning of every seed: from that seed's MPP encoder (``pretrained``) or from scratch."""
+
+    name: str = ""  # its runs' folders: finetune/<name>-seed<seed>
+    label: str = ""  # in the tables
+    pretrained: bool = False
+    overrides: tuple[str, ...] = ()  # after ``finetune``: its steps, warm-up, learning rate
+    exploratory: bool = False  # beside the test, never part of it
+
+
+@dataclass
+class ConfirmatoryConfig(ExperimentConfig):
+    """study/confirmatory.py: the registered test (``registration`` names where it is written down)."""
+
+    output_dir: str = "runs/confirm"
+    registration: str = ""  # the text that fixed every setting below before any test seed ran
+    finetune_preset: str = "recipes/configs/finetune_openclipart_cpu.yaml"
+    finetune: tuple[str, ...] = ()  # every arm's fine-tuning, before the arm's own overrides
+    arms: tuple[Arm, ...] = ()
+    better: str = ""  # the arm the claim says is better (its name), and the one it says is worse
+    worse: str = ""
+    effect: float = 2.0  # points: the effect the seeds were planned to detect; the second secondary test's bound
+    level: float = 0.025  # one-sided, for the primary test and each secondary test in turn
+    secondary: tuple[str, ...] = ()  # the registered sequence's tests beyond the first two, by name, in order
+
+    def presets(self) -> tuple[str, ...]:
+        return ("mpp_preset", "eval_preset", "finetune_preset")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        names = [arm.name for arm in self.arms]
+        if not all(names) or len(set(names)) != len(names):
+            raise ConfigError(f"arms: every arm needs a name of its own; got {names}")
+        primary = {arm.name: arm for arm in self.arms if not arm.exploratory}
+        if {self.better, self.worse} - set(primary) or self.better == self.worse:
+            raise ConfigError(f"better={self.better!r} and worse={self.worse!r} must name two arms that are not "
+                              f"exploratory; they are {', '.join(primary)}")
+
+
+def run_name(arm: str, seed: int) -> str:
+    return f"{PRETRAIN}-seed{seed}" if arm == PRETRAIN else f"finetune/{arm}-seed{seed}"
+
+
+def plan_runs(cfg: ConfirmatoryConfig, seeds: list[int]) -> list[Run]:
+    """Each seed's runs, seed after seed in the registered order: its MPP pre-training, then every arm (those from
+    scratch may start beside the pre-training)."""
+    output_dir = Path(cfg.output_dir)
+    runs = []
+    for seed in seeds:
+        pretrain = run_name(PRETRAIN, seed)
+        overrides = (*cfg.data, *cfg.encoder, *cfg.mpp, "monitor.few_shot_every=0", "monitor.mosaic_every=0",
+                     "monitor.final_few_shot_draws=0")
+        runs.append(Run(pretrain, "pretrain", recipe_command(cfg, REPOSITORY, "mpp", cfg.mpp_preset, overrides, seed,
+                                                             output_dir / pretrain), None))
+        for arm in cfg.arms:
+            name = run_name(arm.name, seed)
+            init = (f"init={output_dir / pretrain}",) if arm.pretrained else ()
+            overrides = (*cfg.data, *cfg.encoder, *cfg.finetune, f"data.subset_seed={seed}", *init, *arm.overrides)
+            runs.append(Run(name, "finetune", recipe_command(cfg, REPOSITORY, "finetune", cfg.finetune_preset,
+                                                             overrides, seed, output_dir / name),
+                            pretrain if arm.pretrained else None))
+    return runs
+
+
+def seed_record(cfg: ConfirmatoryConfig, seed: int) -> Optional[dict[str, Any]]:
+    """One seed's results, per arm (test accuracy and balanced accuracy, steps, rate, training accuracy at its end
+    and at the first log step of its last fifth), once every arm has finished; else None."""
+    record = {}
+    for arm in cfg.arms:
+        folder = Path(cfg.output_dir) / run_name(arm.name, seed)
+        metrics = read_metrics(folder)
+        if metrics is None:
+            return None
+        record[arm.name] = {"accuracy": metrics["test_accuracy"],
+                            "balanced_accuracy": metrics["test_balanced_accuracy"], "steps": metrics["step"],
+                            "lr": metrics["lr"], "train_accuracy": metrics["train_accuracy"],
+                            "train_accuracy_last_fifth": last_fifths_training_accuracy(folder, metrics)}
+    return record
+
+
+def one_sided_p(difference: PairedDifference, bound: float, alternative: str) -> Optional[float]:
+    """The paired t-test's one-sided p-value of the mean difference against ``bound`` (points), the alternative
+    that it is "greater" or "less"."""
+    if difference.n < 2 or difference.sd == 0:
+        return None
+    t = (difference.mean - bound) / (difference.sd / math.sqrt(difference.n))
+    tail = student_t_two_sided_p(t, difference.n - 1) / 2  # the tail beyond |t|
+    return tail if (t > 0) == (alternative == "greater") else 1 - tail
+
+
+def arm_values(records: dict[str, Any], seeds: list[int], arm: str, measure: str) -> list[float]:
+    return [records[str(seed)][arm][measure] for seed in seeds]
+
+
+def read_tests(cfg: ConfirmatoryConfig, records: dict[str, Any]) -> dict[str, Any]:
+    """The primary test and the secondary sequence, read once over every registered seed."""
+    seeds = list(cfg.seeds)
+
+    def compared(measure: str) -> PairedDifference:
+        return paired_difference(arm_values(records, seeds, cfg.better, measure),
+                                 arm_values(records, seeds, cfg.worse, measure), scale=100)
+
+    def test(name: str, measure: str, bound: float, alternative: str) -> dict[str, Any]:
+        difference = compared(measure)
+        p = one_sided_p(difference, bound, alternative)
+        return {"test": name, "measure": measure, "mean": difference.mean, "sd": difference.sd,
+                "interval": [difference.low, difference.high], "against": bound, "alternative": alternative,
+                "p_value": p, "shown": p is not None and p < cfg.level}
+
+    primary = test(f"one-sided paired t-test, {cfg.better} - {cfg.worse} > 0", "balanced_accuracy", 0.0, "greater")
+    low, high = primary["interval"]
+    primary |= {"registration": cfg.registration, "seeds": seeds, "level": cfg.level,
+                "verdict": ("gain shown" if primary["shown"] else
+                            "the opposite shown" if high < 0 else "no gain shown")}
+    sequence = [test("the same comparison in top-1 accuracy", "accuracy", 0.0, "greater"),
+                test(f"the gain smaller than +{cfg.effect:g} points", "balanced_accuracy", cfg.effect, "less")]
+    reached = primary["shown"]
+    for step in sequence:
+        step["reached"] = reached
+        reached = reached and step["shown"]
+    sequence += [{"test": name, "reached": False, "ran": False} for name in cfg.secondary]
+    return {"primary": primary, "secondary": sequence}
+
+
+def exploratory_comparisons(cfg: ConfirmatoryConfig, records: dict[str, Any]) -> list[tuple[str, PairedDifference]]:
+    """Every exploratory arm against the worse primary arm, then the primary arms' better against it too where the
+    exploratory arm starts from MPP: paired differences in balanced accuracy, points."""
+    seeds = list(cfg.seeds)
+    labels = {arm.name: arm.label for arm in cfg.arms}
+    pairs = []
+    for arm in (arm for arm in cfg.arms if arm.exploratory):
+        against = [cfg.worse, *([cfg.better] if arm.pretrained else [])]
+        pairs += [(f"{arm.label} - {labels[other]}", paired_difference(
+            arm_values(records, seeds, arm.name, "balanced_accuracy"),
+            arm_values(records, seeds, other, "balanced_accuracy"), scale=100)) for other in against]
+    return pairs
+
+
+def interval(values: list[float]) -> str:
+    low, high = values
+    return f"[{low:+.1f}, {high:+.1f}]"
+
+
+def p_cell(p: Optional[float]) -> str:
+    return "—" if p is None else f"{p:.2g}"
+
+
+def tables(cfg: ConfirmatoryConfig, results: dict[str, Any]) -> str:
+    """Markdown: the verdict and the secondary sequence (once every seed has run), then per arm its accuracies and
+    its training accuracy over its last fifth, the floors, and the exploratory comparisons."""
+    records, seeds = results["per_seed"], [seed for seed in cfg.seeds if str(seed) in results["per_seed"]]
+    lines = [f"Registered in {cfg.registration}. Seeds recorded: {len(seeds)} of {len(cfg.seeds)} "
+             f"({', '.join(map(str, seeds)) or 'none'}).", ""]
+    if "primary" in results:
+        primary = results["primary"]
+        lines += [f"**Primary test** ({primary['test']}, level {primary['level']}, balanced accuracy): "
+                  f"{primary['mean']:+.1f} points {interval(primary['interval'])} (95% interval; paired SD "
+                  f"{primary['sd']:.2f}), one-sided p {p_cell(primary['p_value'])}: **{primary['verdict']}**.", ""]
+        body = [[step["test"], "yes" if step["reached"] else "no",
+                 (f"{step['mean']:+.1f} {interval(step['interval'])}, p {p_cell(step['p_value'])}, "
+                  f"{'shown' if step['shown'] else 'not shown'}") if step.get("ran", True) else "not run"]
+                for step in results["secondary"]]
+        lines += markdown_table(["Secondary test, in order", "Reached", "Result"], body)
+    else:
+        lines += [f"The test is read once all {len(cfg.seeds)} registered seeds have run; until then the table "
+                  "gives the training accuracies alone.", ""]
+    read = "primary" in results
+    body = []
+    for arm in cfg.arms:
+        row = [f"{arm.label}{' (exploratory)' if arm.exploratory else ''}",
+               f"{records[str(seeds[0])][arm.name]['steps']:,}" if seeds else "—"]
+        if read:
+            row += [percent(arm_values(records, seeds, arm.name, measure))
+                    for measure in ("balanced_accuracy", "accuracy")]
+        ends = arm_values(records, seeds, arm.name, "train_accuracy") if seeds else []
+        fifths = arm_values(records, seeds, arm.name, "train_accuracy_last_fifth") if seeds else []
+        rises = [100 * (end - fifth) for end, fifth in zip(ends, fifths, strict=True) if fifth is not None]
+        row += [percent(ends) if ends else "—",
+                "{:+.1f} ± {:.1f}".format(*mean_std(rises)) if rises else "—"]
+        body.append(row)
+    header = ["Arm", "Steps", *(["Balanced accuracy, %", "Top-1, %"] if read else []),
+              "Training accuracy at the end, %", "Its rise over the last fifth, points"]
+    lines += markdown_table(header, body)
+    if read:
+        lines += [f"Floors on the test split: chance {100 / results['classes']:.1f}% (balanced accuracy's); always "
+                  f"the largest category {100 * results['majority_class_accuracy']:.1f}% (top-1's).", ""]
+        body = [[finding, f"{difference.mean:+.1f} {interval([difference.low, difference.high])}",
+                 p_cell(difference.p_value)]
+                for finding, difference in exploratory_comparisons(cfg, results["per_seed"])]
+        lines += ["Exploratory (not tested: intervals only):", ""]
+        lines += markdown_table(["Balanced accuracy, points", "Mean [95% interval]", "Two-sided p"], body)
+    return "\n".join(lines)
+
+
+def publish(cfg: ConfirmatoryConfig, results: dict[str, Any]) -> str:
+    """results.json and results.md in ``publish_dir`` (and ``output_dir``), the page's section; the tables."""
+    if len(results["per_seed"]) == len(cfg.seeds):
+        results |= read_tests(cfg, results["per_seed"])
+    runs = len(results["per_seed"]) * (1 + len(cfg.arms))
+    table = tables(cfg, results) + (f"\n{runs} runs of the recorded seeds, {cfg.parallel_runs} at a time, in "
+                                    f"{results['wall_seconds'] / 60:.0f} min of wall time in all.\n")
+    for folder in dict.fromkeys(Path(name) for name in (cfg.output_dir, cfg.publish_dir) if name):
+        folder.mkdir(parents=True, exist_ok=True)
+        write_whole(folder / "results.json",
+                    lambda partial: partial.write_text(json.dumps(results, indent=2) + "\n"))
+        (folder / "results.md").write_text(table)
+    if cfg.results_page:
+        replace_section(Path(cfg.results_page), Path(cfg.output_dir).name, table)
+    return table
+
+
+def published(cfg: ConfirmatoryConfig) -> dict[str, Any]:
+    """The results published so far (``publish_dir``'s results.json), or none yet."""
+    path = Path(cfg.publish_dir or cfg.output_dir) / "results.json"
+    return json.loads(path.read_text()) if path.is_file() else {"per_seed": {}, "wall_seconds": 0.0}
+
+
+def confirmatory_test(cfg: ConfirmatoryConfig) -> str:
+    """The seeds not yet recorded, seed after seed (``tables_only``: none), then the tables."""
+    if cfg.results_page:
+        check_section(Path(cfg.results_page), Path(cfg.output_dir).name)
+    results = published(cfg)
+    unknown = set(results["per_seed"]) - {str(seed) for seed in cfg.seeds}
+    if unknown:
+        raise ConfigError(f"{cfg.publish_dir} records seeds {sorted(unknown)} that seeds={list(cfg.seeds)} does not "
+                          "register: a registered test's seeds do not change")
+    results |= class_balance(FewShotRunConfig, cfg.eval_preset, (*cfg.data, *cfg.encoder))
+    if cfg.tables_only:
+        return publish(cfg, results)
+    start = time.perf_counter()
+    output_dir = claim_experiment(cfg)
+    seeds = [seed for seed in cfg.seeds if str(seed) not in results["per_seed"]]
+    try:
+        execute(plan_runs(cfg, seeds), output_dir, cfg.parallel_runs)
+    finally:  # a stopped test keeps the seeds it finished
+        finished = {str(seed): seed_record(cfg, seed) for seed in seeds}
+        results["per_seed"] = {str(seed): results["per_seed"].get(str(seed)) or finished.get(str(seed))
+                               for seed in cfg.seeds}
+        results["per_seed"] = {seed: record for seed, record in results["per_seed"].items() if record is not None}
+        results["wall_seconds"] += time.perf_counter() - start
+        table = publish(cfg, results)
+    return table
+
+
+def main(cfg: ConfirmatoryConfig) -> None:
+    configure_logging()
+    print(confirmatory_test(cfg))
+
+
+if __name__ == "__main__":
+    run_recipe(main, ConfirmatoryConfig, DEFAULT_PRESET, description=__doc__)
