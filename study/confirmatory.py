@@ -71,7 +71,7 @@ class ConfirmatoryConfig(ExperimentConfig):
         if not all(names) or len(set(names)) != len(names):
             raise ConfigError(f"arms: every arm needs a name of its own; got {names}")
         primary = {arm.name: arm for arm in self.arms if not arm.exploratory}
-        if {self.better, self.worse} - set(primary) or self.better == self.worse:
+        if self.arms and ({self.better, self.worse} - set(primary) or self.better == self.worse):
             raise ConfigError(f"better={self.better!r} and worse={self.worse!r} must name two arms that are not "
                               f"exploratory; they are {', '.join(primary)}")
 
@@ -256,6 +256,9 @@ def published(cfg: ConfirmatoryConfig) -> dict[str, Any]:
 
 def confirmatory_test(cfg: ConfirmatoryConfig) -> str:
     """The seeds not yet recorded, seed after seed (``tables_only``: none), then the tables."""
+    if not cfg.arms:
+        raise ConfigError("arms: a confirmatory test needs its arms (name, label, pretrained, overrides), two of "
+                          "them named by better and worse")
     if cfg.results_page:
         check_section(Path(cfg.results_page), Path(cfg.output_dir).name)
     results = published(cfg)
