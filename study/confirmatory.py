@@ -4,8 +4,8 @@ paired test, then a fixed sequence of secondary tests, with exploratory arms bes
     python -m study.confirmatory --config study/configs/confirm_openclipart_cpu.yaml [key=value ...]
 
 Per seed, in the registered order: one MPP pre-training run, then each arm's fine-tuning (from MPP's encoder, or from
-scratch) at the learning rate the registration fixed. A seed is recorded in ``publish_dir``'s results.json once all
-its arms have finished, and a seed recorded there is never run again: the test may be run over several sessions (or
+scratch) at the learning rate the registration fixed. A seed is recorded in ``publish_dir``'s results.json as soon as
+all its arms have finished, and a seed recorded there is never run again: the test may be run over several sessions (or
 machines), each continuing with the seeds not yet recorded. The test is read once, when every registered seed has
 been recorded; until then the tables give the seeds run and the arms' training accuracies alone.
 """
@@ -199,7 +199,7 @@ def tables(cfg: ConfirmatoryConfig, results: dict[str, Any]) -> str:
                  (f"{step['mean']:+.1f} {interval(step['interval'])}, p {p_cell(step['p_value'])}, "
                   f"{'shown' if step['shown'] else 'not shown'}") if step.get("ran", True) else "not run"]
                 for step in results["secondary"]]
-        lines += markdown_table(["Secondary test, in order", "Reached", "Result"], body)
+        lines += markdown_table(["Secondary test, in order", "Reached", "Result"], body, left_columns=3)
     else:
         lines += [f"The test is read once all {len(cfg.seeds)} registered seeds have run; until then the table "
                   "gives the training accuracies alone.", ""]
@@ -269,17 +269,24 @@ def confirmatory_test(cfg: ConfirmatoryConfig) -> str:
     results |= class_balance(FewShotRunConfig, cfg.eval_preset, (*cfg.data, *cfg.encoder))
     if cfg.tables_only:
         return publish(cfg, results)
-    start = time.perf_counter()
+    start, spent = time.perf_counter(), results["wall_seconds"]
     output_dir = claim_experiment(cfg)
+
+    def record(run: Run) -> None:
+        """The seed of ``run`` recorded and published as soon as its last run has finished."""
+        seed = int(run.name.rsplit("-seed", 1)[1])
+        finished = seed_record(cfg, seed)
+        if finished is not None and str(seed) not in results["per_seed"]:
+            recorded = results["per_seed"] | {str(seed): finished}
+            results["per_seed"] = {str(seed): recorded[str(seed)] for seed in cfg.seeds if str(seed) in recorded}
+            results["wall_seconds"] = spent + time.perf_counter() - start
+            publish(cfg, results)
+
     seeds = [seed for seed in cfg.seeds if str(seed) not in results["per_seed"]]
     try:
-        execute(plan_runs(cfg, seeds), output_dir, cfg.parallel_runs)
-    finally:  # a stopped test keeps the seeds it finished
-        finished = {str(seed): seed_record(cfg, seed) for seed in seeds}
-        results["per_seed"] = {str(seed): results["per_seed"].get(str(seed)) or finished.get(str(seed))
-                               for seed in cfg.seeds}
-        results["per_seed"] = {seed: record for seed, record in results["per_seed"].items() if record is not None}
-        results["wall_seconds"] += time.perf_counter() - start
+        execute(plan_runs(cfg, seeds), output_dir, cfg.parallel_runs, on_finished=record)
+    finally:
+        results["wall_seconds"] = spent + time.perf_counter() - start
         table = publish(cfg, results)
     return table
 

@@ -171,9 +171,11 @@ def claim_experiment(cfg: ExperimentConfig) -> Path:
     return output_dir
 
 
-def execute(runs: list[Run], output_dir: Path, parallel_runs: int) -> None:
-    """Run every run not yet finished, ``parallel_runs`` at a time, each once the run it starts from has finished.
-    Each run's console output goes to ``console/<stage>-<row>-seed<seed>.txt``. A failed run stops only the runs
+def execute(runs: list[Run], output_dir: Path, parallel_runs: int,
+            on_finished: Optional[Callable[[Run], None]] = None) -> None:
+    """Run every run not yet finished, ``parallel_runs`` at a time, each once the run it starts from has finished,
+    calling ``on_finished`` with each run that finishes (to record results as they come in). Each run's console output
+    goes to ``console/<stage>-<row>-seed<seed>.txt``. A failed run stops only the runs
     that start from it; ``RunFailed`` names it once every other run has ended. SIGTERM or SIGINT (a scheduler, Ctrl-C)
     starts no more runs and passes SIGTERM on to those under way, which save a checkpoint and stop;
     ``ExperimentStopped`` follows once they have ended."""
@@ -195,6 +197,8 @@ def execute(runs: list[Run], output_dir: Path, parallel_runs: int) -> None:
                 run = under_way.pop(future)
                 if future.result() == 0:
                     finished.add(run.name)
+                    if on_finished:
+                        on_finished(run)
                 else:
                     failed.append(f"{run.name} (exit {future.result()}; see {console_path(run, output_dir)})")
     if stop.signum:

@@ -1,0 +1,141 @@
+"""The registered confirmatory test (study/confirmatory.py): its runs seed after seed, its one-sided tests against
+known t-tables, the fixed sequence that stops at the first test not shown, and a whole test on tiny runs that records
+each seed as it finishes and, continued, runs only the seeds not yet recorded."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mpp.config.building import build_config
+from mpp.errors import ConfigError
+from mpp.evaluation.statistics import paired_difference
+from study.confirmatory import ConfirmatoryConfig, one_sided_p, plan_runs, read_tests, tables
+from tests.launching import ROOT
+
+CONFIGS = ROOT / "recipes" / "configs"
+ARMS = [
+    {"name": "scratch", "label": "from scratch", "pretrained": False, "overrides": ["train.steps=6"]},
+    {"name": "mpp", "label": "MPP", "pretrained": True, "overrides": ["train.steps=3"]},
+    {"name": "mpp-short", "label": "MPP, short", "pretrained": True, "exploratory": True,
+     "overrides": ["train.steps=2"]},
+]
+TINY = {  # 40 shapes images, a one-block ViT on 16x16 images, batches of 8
+    "mpp_preset": str(CONFIGS / "mpp_tiny_cpu.yaml"), "eval_preset": str(CONFIGS / "eval_tiny_cpu.yaml"),
+    "finetune_preset": str(CONFIGS / "finetune_tiny_cpu.yaml"),
+    "data": ["data.shots_per_class=4"],
+    "encoder": ["model.img_size=16", "model.embed_dim=16", "model.depth=1", "model.num_heads=2"],
+    "mpp": ["train.global_batch_size=8", "train.warmup_steps=1", "train.steps=3", "mpp.downsampled_size=2"],
+    "finetune": ["train.global_batch_size=8", "train.warmup_steps=1", "train.log_every=1", "finetune.sweep_lrs=[]"],
+    "arms": ARMS, "better": "mpp", "worse": "scratch", "registration": "a test's registration",
+    "secondary": ["claim 2"], "parallel_runs": 2,
+}
+
+
+def tiny_config(tmp_path: Path, **changes) -> ConfirmatoryConfig:
+    preset = tmp_path / "confirm.yaml"
+    preset.write_text(yaml.safe_dump({**TINY, "output_dir": str(tmp_path / "confirm"), **changes}))
+    return build_config(ConfirmatoryConfig, preset)
+
+
+def test_each_seed_pre_trains_once_and_runs_every_arm_seed_after_seed_in_the_registered_order(tmp_path):
+    cfg = tiny_config(tmp_path, seeds=[9, 4])
+    runs = plan_runs(cfg, [9, 4])
+    assert [run.name for run in runs] == [
+        "pretrain/mpp-seed9", "finetune/scratch-seed9", "finetune/mpp-seed9", "finetune/mpp-short-seed9",
+        "pretrain/mpp-seed4", "finetune/scratch-seed4", "finetune/mpp-seed4", "finetune/mpp-short-seed4"]
+    by_name = {run.name: run for run in runs}
+    assert by_name["finetune/scratch-seed9"].after is None  # from scratch: beside the pre-training
+    mpp = by_name["finetune/mpp-seed4"]
+    assert mpp.after == "pretrain/mpp-seed4" and f"init={tmp_path / 'confirm' / 'pretrain/mpp-seed4'}" in mpp.command
+    assert "data.subset_seed=4" in mpp.command and "seed=4" in mpp.command
+    assert mpp.command.index("train.steps=3") > mpp.command.index("finetune.sweep_lrs=[]")  # the arm's last
+
+
+def test_the_arms_the_test_compares_must_exist_and_not_be_exploratory(tmp_path):
+    with pytest.raises(ConfigError, match="must name two arms that are not exploratory"):
+        tiny_config(tmp_path, better="mpp-short")
+    with pytest.raises(ConfigError, match="must name two arms"):
+        tiny_config(tmp_path, worse="mpp")
+
+
+def test_the_one_sided_p_value_is_half_the_two_sided_on_its_side_and_tests_against_a_bound():
+    difference = paired_difference([3.0, 2.5, 4.0, 1.0, 2.0], [0.0] * 5)  # mean 2.5, sd 1.118, t 5.0 on 4 df
+    assert one_sided_p(difference, 0.0, "greater") == pytest.approx(difference.p_value / 2)
+    assert one_sided_p(difference, 0.0, "greater") == pytest.approx(0.00374, abs=2e-5)  # t-tables: t=5, 4 df
+    assert one_sided_p(difference, 0.0, "less") == pytest.approx(1 - difference.p_value / 2)
+    # Against +2.5, the mean itself: t = 0, one-sided p 0.5 either way.
+    assert one_sided_p(difference, 2.5, "less") == pytest.approx(0.5)
+    assert one_sided_p(paired_difference([1.0], [0.0]), 0.0, "greater") is None  # one seed: no test
+
+
+def records(gains: list[float], base: float = 0.5) -> dict[str, dict]:
+    """Per-seed records whose MPP arm beats scratch by ``gains`` (fractions) in both accuracies."""
+    def arm(value: float) -> dict:
+        return {"accuracy": value, "balanced_accuracy": value, "steps": 6, "lr": 0.1, "train_accuracy": 0.9,
+                "train_accuracy_last_fifth": 0.85}
+    return {str(seed): {"scratch": arm(base), "mpp": arm(base + gain), "mpp-short": arm(base)}
+            for seed, gain in zip([1, 2, 3, 4, 5], gains, strict=True)}
+
+
+def test_the_sequence_reads_the_next_test_only_where_the_one_before_is_shown(tmp_path):
+    cfg = tiny_config(tmp_path, seeds=[1, 2, 3, 4, 5])
+    shown = read_tests(cfg, records([0.030, 0.025, 0.040, 0.010, 0.020]))  # +2.5 points, p 0.0037 one-sided
+    assert shown["primary"]["verdict"] == "gain shown" and shown["primary"]["seeds"] == [1, 2, 3, 4, 5]
+    top1, against_effect, later = shown["secondary"]
+    assert top1["reached"] and top1["shown"]
+    assert against_effect["reached"] and not against_effect["shown"]  # +2.5 is not below +2
+    assert later == {"test": "claim 2", "reached": False, "ran": False}
+    unclear = read_tests(cfg, records([0.02, -0.02, 0.01, -0.01, 0.0]))
+    assert unclear["primary"]["verdict"] == "no gain shown" and not unclear["secondary"][0]["reached"]
+    opposite = read_tests(cfg, records([-0.030, -0.025, -0.040, -0.010, -0.020]))
+    assert opposite["primary"]["verdict"] == "the opposite shown" and not opposite["primary"]["shown"]
+
+
+def test_the_tables_give_no_accuracy_until_every_registered_seed_is_recorded(tmp_path):
+    cfg = tiny_config(tmp_path, seeds=[1, 2, 3, 4, 5])
+    partial = {"per_seed": dict(list(records([0.03, 0.02, 0.04, 0.01, 0.02]).items())[:2]),
+               "classes": 10, "majority_class_accuracy": 0.1}
+    table = tables(cfg, partial)
+    assert "Seeds recorded: 2 of 5 (1, 2)" in table and "read once all 5 registered seeds have run" in table
+    assert "Balanced accuracy" not in table and "| 90.0 ± 0.0 | +5.0 ± 0.0 |" in table  # training accuracy alone
+    whole = {"per_seed": records([0.03, 0.02, 0.04, 0.01, 0.02]), "classes": 10, "majority_class_accuracy": 0.1}
+    whole |= read_tests(cfg, whole["per_seed"])
+    table = tables(cfg, whole)
+    assert "**Primary test**" in table and "+2.4 points [+1.0, +3.8]" in table and "**gain shown**" in table
+    assert "| MPP, short - from scratch | +0.0" in table and "| MPP, short - MPP | -2.4" in table
+
+
+@pytest.mark.slow
+def test_a_whole_test_records_each_seed_as_it_finishes_and_continued_runs_only_the_seeds_not_recorded(tmp_path):
+    published, page = tmp_path / "published", tmp_path / "results.md"
+    page.write_text("# Title\n<!-- results: confirm -->\n<!-- /results: confirm -->\n")
+    preset = tmp_path / "confirm.yaml"
+    settings = {**TINY, "output_dir": str(tmp_path / "confirm"), "publish_dir": str(published),
+                "results_page": str(page)}
+    preset.write_text(yaml.safe_dump({**settings, "seeds": [0, 1]}))
+    command = [sys.executable, "-m", "study.confirmatory", "--config", str(preset)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "8 runs, 0 already finished" in result.stderr
+    results = json.loads((published / "results.json").read_text())
+    assert list(results["per_seed"]) == ["0", "1"] and results["primary"]["seeds"] == [0, 1]
+    assert results["per_seed"]["1"]["scratch"]["steps"] == 6 and results["per_seed"]["1"]["mpp"]["steps"] == 3
+    assert results["classes"] == 10 and "**Primary test**" in page.read_text()
+
+    # The recorded seeds are never run again, even where their runs are gone: a new output_dir runs the new seed.
+    preset.write_text(yaml.safe_dump({**settings, "seeds": [0, 1, 2], "output_dir": str(tmp_path / "later" / "confirm")}))
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "4 runs, 0 already finished" in result.stderr
+    results = json.loads((published / "results.json").read_text())
+    assert list(results["per_seed"]) == ["0", "1", "2"] and results["primary"]["seeds"] == [0, 1, 2]
+    # A registered test's seeds do not shrink under its published records.
+    preset.write_text(yaml.safe_dump({**settings, "seeds": [0, 1]}))
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode != 0 and "records seeds ['2'] that seeds=[0, 1] does not register" in result.stderr
