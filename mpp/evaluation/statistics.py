@@ -13,7 +13,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-MOST_SEEDS = 1000  # seeds_to_settle gives up beyond this
+MOST_SEEDS = 1000  # seeds_for_power gives up beyond this
+PLANNED_POWER = 0.8  # the power a table's "N seeds for power 0.8" plans for, at level 0.05
 
 
 def regularised_incomplete_beta(x: float, a: float, b: float) -> float:
@@ -70,12 +71,20 @@ class PairedDifference:
     low: float  # the 95% interval of the mean difference (equal to the mean where n < 2)
     high: float
     p_value: Optional[float]  # two-sided, against no difference; None where it cannot be computed (n < 2, sd = 0)
-    seeds_to_settle: Optional[int]  # seeds at which this mean and spread would give an interval excluding 0
 
     @property
     def shown(self) -> bool:
         """The interval excludes 0 (and there are at least two seeds to make one)."""
         return self.n >= 2 and (self.low > 0 or self.high < 0)
+
+    def planned_seeds(self) -> Optional[int]:
+        """The seeds a new experiment would plan to find this mean difference, were it the truth with this spread,
+        with power ``PLANNED_POWER`` in the two-sided paired t-test at 5% (``seeds_for_power``); None where there is
+        no spread or no difference to plan for, or beyond ``MOST_SEEDS``. Not the chance that more seeds of this
+        experiment would show it: that is about half, even were this mean true."""
+        if self.sd == 0 or self.mean == 0:
+            return None
+        return seeds_for_power(abs(self.mean), self.sd, power=PLANNED_POWER)
 
 
 def interval_half_width(sd: float, n: int, confidence: float = 0.95) -> float:
@@ -90,24 +99,13 @@ def paired_difference(better: Sequence[float], worse: Sequence[float], scale: fl
     differences = [scale * (b - w) for b, w in zip(better, worse, strict=True)]
     n, mean = len(differences), statistics.fmean(differences)
     if n < 2:
-        return PairedDifference(mean, 0.0, n, mean, mean, None, None)
+        return PairedDifference(mean, 0.0, n, mean, mean, None)
     sd = statistics.stdev(differences)
     if sd == 0:  # every seed agrees exactly: no spread to test against
-        return PairedDifference(mean, sd, n, mean, mean, None if mean == 0 else 0.0, None if mean == 0 else n)
+        return PairedDifference(mean, sd, n, mean, mean, None if mean == 0 else 0.0)
     half = interval_half_width(sd, n)
     p_value = student_t_two_sided_p(mean / (sd / math.sqrt(n)), n - 1)
-    return PairedDifference(mean, sd, n, mean - half, mean + half, p_value, seeds_to_settle(mean, sd))
-
-
-def seeds_to_settle(mean: float, sd: float) -> Optional[int]:
-    """The fewest seeds (at least 2) whose 95% interval, at this mean and spread, would exclude 0; None beyond
-    ``MOST_SEEDS`` or for a mean of 0."""
-    if mean == 0:
-        return None
-    for n in range(2, MOST_SEEDS + 1):
-        if interval_half_width(sd, n) < abs(mean):
-            return n
-    return None
+    return PairedDifference(mean, sd, n, mean - half, mean + half, p_value)
 
 
 def normal_cdf(x: float) -> float:
@@ -153,9 +151,9 @@ def seeds_for_power(effect: float, sd: float, alpha: float = 0.05, power: float 
 
 
 def describe_difference(difference: PairedDifference, claimed: bool = False) -> str:
-    """One table cell: "+3.2 [+1.0, +5.4], shown (p 0.012)" or "+2.2 [-1.3, +5.7], not shown (p 0.18; 9 seeds would
-    settle it)". Where a claim says the difference is positive (``claimed``), one shown below 0 is "the opposite
-    shown"."""
+    """One table cell: "+3.2 [+1.0, +5.4], shown (p 0.012)" or "+2.2 [-1.3, +5.7], not shown (p 0.18; power 0.8
+    needs 12 seeds at this mean and SD)": the seeds a new experiment would plan for this mean (``planned_seeds``).
+    Where a claim says the difference is positive (``claimed``), one shown below 0 is "the opposite shown"."""
     said = f"{difference.mean:+.1f}"
     if difference.n < 2:
         return f"{said}, one seed: no interval"
@@ -163,9 +161,10 @@ def describe_difference(difference: PairedDifference, claimed: bool = False) -> 
     p = "" if difference.p_value is None else f"p {difference.p_value:.2g}"
     if difference.shown:
         return f"{said}, {'the opposite ' if claimed and difference.mean < 0 else ''}shown ({p})"
-    settle = (f"{difference.seeds_to_settle} seeds would settle it" if difference.seeds_to_settle
-              else f"more than {MOST_SEEDS} seeds would not settle it")
-    return f"{said}, not shown ({'; '.join(part for part in (p, settle) if part)})"
+    seeds = difference.planned_seeds()
+    plan = (f"power {PLANNED_POWER:g} needs {seeds} seeds at this mean and SD" if seeds
+            else f"power {PLANNED_POWER:g} needs more than {MOST_SEEDS} seeds at this mean and SD")
+    return f"{said}, not shown ({'; '.join(part for part in (p, plan) if part)})"
 
 
 def holm_adjusted(p_values: Sequence[Optional[float]]) -> list[Optional[float]]:

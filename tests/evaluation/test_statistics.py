@@ -15,7 +15,6 @@ from mpp.evaluation.statistics import (
     paired_t_power,
     regularised_incomplete_beta,
     seeds_for_power,
-    seeds_to_settle,
     student_t_quantile,
     student_t_two_sided_p,
 )
@@ -52,8 +51,10 @@ def test_a_paired_difference_worked_by_hand():
     t = 3 / se
     assert difference.p_value == pytest.approx(1 - t / math.sqrt(2 + t * t), rel=1e-9)
     assert not difference.shown  # [-3.6, +9.6]
-    assert difference.seeds_to_settle == 6  # t(0.975, 4) sqrt(7) / sqrt(5) = 3.29 > 3; t(0.975, 5) sqrt(7/6) = 2.78
-    assert describe_difference(difference) == "+3.0 [-3.6, +9.6], not shown (p 0.19; 6 seeds would settle it)"
+    # A new experiment planned for this mean and SD: power 0.8 at 5% two-sided (seeds_for_power, tested below).
+    assert difference.planned_seeds() == seeds_for_power(3, math.sqrt(7)) == 9
+    assert describe_difference(difference) == ("+3.0 [-3.6, +9.6], not shown (p 0.19; power 0.8 needs 9 seeds at this "
+                                               "mean and SD)")
 
 
 def test_a_difference_whose_interval_excludes_zero_is_shown_whichever_its_sign():
@@ -70,7 +71,9 @@ def test_one_seed_or_no_spread_has_no_interval_to_read():
     assert describe_difference(paired_difference([0.6], [0.5], scale=100)) == "+10.0, one seed: no interval"
     same = paired_difference([0.6, 0.7], [0.5, 0.6], scale=100)  # +10 both times
     assert same.shown and same.p_value == 0.0
-    assert seeds_to_settle(0.0, 1.0) is None and seeds_to_settle(0.001, 10.0) is None  # more than 1000 seeds
+    assert same.planned_seeds() is None  # no spread to plan with
+    tiny = paired_difference([0.5001, 0.6], [0.5, 0.6001], scale=100)  # a mean of 0 against an SD of 0.014
+    assert tiny.planned_seeds() is None and "needs more than 1000 seeds" in describe_difference(tiny)
     with pytest.raises(ValueError, match="as many values"):
         paired_difference([0.5, 0.6], [0.5])
 

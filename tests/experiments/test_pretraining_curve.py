@@ -105,8 +105,8 @@ def test_the_table_reads_every_length_and_the_gain_over_initialisation_with_its_
     assert "| raw pixels, no encoder | 80.0 | 45.0 |" in table
     # Gains +5, +6, +7: mean 6, sd 1, t(0.975, 2) = 4.303: 6 ± 2.48; t = 6 sqrt(3), p = 1 - t / sqrt(2 + t^2) = 0.0091.
     # Gains 0, +1, -1: not shown.
-    assert "| 4 epochs | +6.0 [+3.5, +8.5], shown (p 0.0091) | +0.0 [-2.5, +2.5], not shown (p 1; more than 1000 " \
-           "seeds would not settle it) |" in table
+    assert "| 4 epochs | +6.0 [+3.5, +8.5], shown (p 0.0091) | +0.0 [-2.5, +2.5], not shown (p 1; power 0.8 " \
+           "needs more than 1000 seeds at this mean and SD) |" in table
     assert "Gain of 4 epochs over a shorter" not in table  # one length: no shorter one to grow from
     assert table.endswith("These tables read 2 comparisons, 1 shown each on its own; after a Holm correction across "
                           "all 2 (5% family-wise), 1 stays shown: 4 epochs over initialisation (linear probe, all "

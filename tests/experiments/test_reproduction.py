@@ -289,7 +289,7 @@ def test_the_table_gives_mean_and_deviation_and_judges_each_claim_by_its_95_perc
     assert "supervised pre-training with its own head | 45.0 ± 7.1 | 90.0 ± 0.0 |" in table
     lines = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()}
     # Pairs +20, +12: mean 16, sd 5.66, standard error 4, t(0.975, 1) = 12.71: 16 ± 50.8; t = 4, p = 1 - 2 atan(4) / pi.
-    assert "| +16.0 [-34.8, +66.8], not shown (p 0.16; 3 seeds would settle it) |" in lines[
+    assert "| +16.0 [-34.8, +66.8], not shown (p 0.16; power 0.8 needs 4 seeds at this mean and SD) |" in lines[
         "MPP pre-training beats training from scratch"]
     # Pairs +20, +18: standard error 1, 19 ± 12.7; t = 19, p = 1 - 2 atan(19) / pi = 0.033.
     assert "| +19.0 [+6.3, +31.7], shown (p 0.033) |" in lines["supervised pre-training beats MPP"]
@@ -333,8 +333,8 @@ def test_balanced_accuracy_gets_its_own_table_and_is_what_the_claims_read():
     # says so; two MPP rows compare their mean patch tokens in balanced accuracy (pairs +2, 0: 1 ± 12.7).
     assert ("| +19.0 [+6.3, +31.7], shown (p 0.033) | +19.0 [+6.3, +31.7], shown (p 0.033; accuracy) |"
             in lines["supervised pre-training beats MPP"])
-    assert lines["50% corruption beats 15%"].endswith("| +1.0 [-11.7, +13.7], not shown (p 0.5; 11 seeds would "
-                                                      "settle it) |")
+    assert lines["50% corruption beats 15%"].endswith("| +1.0 [-11.7, +13.7], not shown (p 0.5; power 0.8 needs "
+                                                      "18 seeds at this mean and SD) |")
     # MPP's frozen encoder against the encoder at initialisation and the pixels, through every fit and readout: the
     # [class] token's logistic regression 20, 40 against the pixels' 50, 52: pairs -30, -12, -21 ± 114.4.
     assert "| -21.0 [-135.4, +93.4], not shown (p 0.26;" in lines["MPP colour 50 beats the raw pixels"]
@@ -530,7 +530,7 @@ def test_results_json_records_the_primary_familys_claims_held_with_their_holm_ad
 
 def test_a_claims_holm_verdict_follows_the_preregistration():
     def difference(mean: float) -> PairedDifference:
-        return PairedDifference(mean, 1.0, 5, mean - 1, mean + 1, 0.001, 2)
+        return PairedDifference(mean, 1.0, 5, mean - 1, mean + 1, 0.001)
 
     assert holm_cell(difference(+3.0), 0.012) == "0.012, shown"
     assert holm_cell(difference(-3.0), 0.012) == "0.012, the opposite shown"
