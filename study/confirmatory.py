@@ -13,6 +13,7 @@ been recorded; until then the tables give the seeds run and the arms' training a
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -20,7 +21,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from mpp.command_line import run_recipe
-from mpp.config.runs import FewShotRunConfig
+from mpp.config.building import build_config
+from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig
 from mpp.errors import ConfigError
 from mpp.evaluation.statistics import PairedDifference, paired_difference, student_t_two_sided_p
 from mpp.experiments.class_balance import class_balance
@@ -31,6 +33,7 @@ from mpp.experiments.runner import Run, claim_experiment, execute, recipe_comman
 from mpp.run.directory import read_metrics, write_whole
 from mpp.run.session import configure_logging
 
+logger = logging.getLogger(__name__)
 REPOSITORY = Path(__file__).resolve().parents[1]  # whose recipes the runs launch
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "confirm_openclipart_cpu.yaml"
 PRETRAIN = "pretrain/mpp"
@@ -61,6 +64,17 @@ class ConfirmatoryConfig(ExperimentConfig):
     effect: float = 2.0  # points: the effect the seeds were planned to detect; the second secondary test's bound
     level: float = 0.025  # one-sided, for the primary test and each secondary test in turn
     secondary: tuple[str, ...] = ()  # the registered sequence's tests beyond the first two, by name, in order
+    # Where the registration fixes a rule rather than the rates: each arm's rate chosen once on this seed (not a test
+    # seed) by the sweep ``finetune`` asks for (finetune.sweep_lrs), before any test seed trains at it. None: the
+    # arms' overrides give their rates.
+    tuning_seed: Optional[int] = None
+    # Above 0: first ``timing_steps`` steps of each run of a seed are timed, then only the seeds not yet recorded that
+    # fit in this many minutes run, whole, in the registered order (a machine lent for a while). 0: every seed.
+    time_budget_minutes: float = 0.0
+    timing_steps: int = 200
+    cost_only: bool = False  # print the training images of each stage and of the whole test, and run nothing
+    max_steps: int = 0  # above 0: every run cut to this many steps (a dry run of the whole test, with output_dir,
+    # publish_dir and results_page set elsewhere); 0: each run's own
 
     def presets(self) -> tuple[str, ...]:
         return ("mpp_preset", "eval_preset", "finetune_preset")
@@ -74,31 +88,100 @@ class ConfirmatoryConfig(ExperimentConfig):
         if self.arms and ({self.better, self.worse} - set(primary) or self.better == self.worse):
             raise ConfigError(f"better={self.better!r} and worse={self.worse!r} must name two arms that are not "
                               f"exploratory; they are {', '.join(primary)}")
+        if self.tuning_seed is not None and self.tuning_seed in self.seeds:
+            raise ConfigError(f"tuning_seed={self.tuning_seed} is among the test seeds {list(self.seeds)}: a rate "
+                              "is chosen on a seed the test never reads")
+        if self.time_budget_minutes < 0 or self.timing_steps < 1 or self.max_steps < 0:
+            raise ConfigError(f"time_budget_minutes={self.time_budget_minutes} must be at least 0 (0: no limit) and "
+                              f"timing_steps={self.timing_steps} at least 1, max_steps={self.max_steps} at least 0")
 
 
 def run_name(arm: str, seed: int) -> str:
     return f"{PRETRAIN}-seed{seed}" if arm == PRETRAIN else f"finetune/{arm}-seed{seed}"
 
 
-def plan_runs(cfg: ConfirmatoryConfig, seeds: list[int]) -> list[Run]:
-    """Each seed's runs, seed after seed in the registered order: its MPP pre-training, then every arm (those from
-    scratch may start beside the pre-training)."""
-    output_dir = Path(cfg.output_dir)
+def pretraining_overrides(cfg: ConfirmatoryConfig) -> tuple[str, ...]:
+    return (*cfg.data, *cfg.encoder, *cfg.mpp, "monitor.few_shot_every=0", "monitor.mosaic_every=0",
+            "monitor.final_few_shot_draws=0")
+
+
+def arm_overrides(cfg: ConfirmatoryConfig, arm: Arm, seed: int) -> tuple[str, ...]:
+    return (*cfg.data, *cfg.encoder, *cfg.finetune, f"data.subset_seed={seed}", *arm.overrides)
+
+
+def plan_runs(cfg: ConfirmatoryConfig, seeds: list[int], rates: dict[str, float], output_dir: Optional[Path] = None,
+              steps: tuple[str, ...] = ()) -> list[Run]:
+    """Each seed's runs, seed after seed in the given order: its MPP pre-training, then every arm (those from
+    scratch may start beside the pre-training). With ``tuning_seed``, a test seed's arm trains at the rate the
+    tuning seed's sweep chose: ``rates`` where it is known, else read from that run once it has finished. ``steps``
+    ends each run early (the timing)."""
+    output_dir = output_dir or Path(cfg.output_dir)
     runs = []
     for seed in seeds:
         pretrain = run_name(PRETRAIN, seed)
-        overrides = (*cfg.data, *cfg.encoder, *cfg.mpp, "monitor.few_shot_every=0", "monitor.mosaic_every=0",
-                     "monitor.final_few_shot_draws=0")
-        runs.append(Run(pretrain, "pretrain", recipe_command(cfg, REPOSITORY, "mpp", cfg.mpp_preset, overrides, seed,
+        runs.append(Run(pretrain, "pretrain", recipe_command(cfg, REPOSITORY, "mpp", cfg.mpp_preset,
+                                                             (*pretraining_overrides(cfg), *steps), seed,
                                                              output_dir / pretrain), None))
         for arm in cfg.arms:
-            name = run_name(arm.name, seed)
+            name, tuned, waits = run_name(arm.name, seed), (), ()
+            if arm.name in rates:
+                tuned = ("finetune.sweep_lrs=[]", f"train.lr={rates[arm.name]}")
+            elif cfg.tuning_seed is not None and seed != cfg.tuning_seed:
+                waits = (run_name(arm.name, cfg.tuning_seed),)
+                tuned = ("finetune.sweep_lrs=[]", f"finetune.lr_from={output_dir / waits[0]}")
             init = (f"init={output_dir / pretrain}",) if arm.pretrained else ()
-            overrides = (*cfg.data, *cfg.encoder, *cfg.finetune, f"data.subset_seed={seed}", *init, *arm.overrides)
-            runs.append(Run(name, "finetune", recipe_command(cfg, REPOSITORY, "finetune", cfg.finetune_preset,
-                                                             overrides, seed, output_dir / name),
-                            pretrain if arm.pretrained else None))
+            command = recipe_command(cfg, REPOSITORY, "finetune", cfg.finetune_preset,
+                                     (*arm_overrides(cfg, arm, seed), *init, *tuned, *steps), seed, output_dir / name)
+            runs.append(Run(name, "finetune", command, pretrain if arm.pretrained else None, also_after=waits))
     return runs
+
+
+def seed_minutes(cfg: ConfirmatoryConfig, seed: int, rates: dict[str, float]) -> tuple[float, float, str]:
+    """A seed's wall time, in minutes, from ``timing_steps`` steps of each of its runs (run one at a time under
+    ``output_dir``/timing): per run, its start-up and its steps at the speed it showed, over ``parallel_runs``; and
+    the tuning seed's too where its rates are not yet chosen (its sweep trains each arm once per rate, then once
+    more), in minutes; and what each run showed, to print."""
+    timing_dir = Path(cfg.output_dir) / "timing"
+    (timing_dir / "console").mkdir(parents=True, exist_ok=True)
+    every_rate = {arm.name: 0.1 for arm in cfg.arms}  # the timing never sweeps: the speed is the same at any rate
+    runs = plan_runs(cfg, [seed], every_rate, timing_dir, (f"train.steps={cfg.timing_steps}",))
+    lines, minutes, tuning = [], 0.0, 0.0
+    for run in runs:
+        start = time.perf_counter()
+        execute([run], timing_dir, 1)
+        metrics = read_metrics(run.directory(timing_dir))
+        step_seconds = metrics["global_batch_size"] / metrics["images_per_second"]
+        start_up = max(0.0, time.perf_counter() - start - cfg.timing_steps * step_seconds)
+        arm = next((arm for arm in cfg.arms if run_name(arm.name, seed) == run.name), None)
+        config = (build_config(FinetuneRunConfig, cfg.finetune_preset, arm_overrides(cfg, arm, seed)) if arm else
+                  build_config(MPPRunConfig, cfg.mpp_preset, pretraining_overrides(cfg)))
+        run_minutes = (start_up + config.train.steps * step_seconds) / 60
+        minutes += run_minutes
+        trainings = 1 + len(config.finetune.sweep_lrs) if arm and arm.name not in rates else 1
+        tuning += trainings * run_minutes
+        lines.append(f"{run.name}: {start_up:.0f} s to start, {1000 * step_seconds:.1f} ms a step: "
+                     f"{config.train.steps:,} steps in {run_minutes:.1f} min")
+    tuning = tuning / cfg.parallel_runs if cfg.tuning_seed is not None and len(rates) < len(cfg.arms) else 0.0
+    return minutes / cfg.parallel_runs, tuning, "\n".join(lines)
+
+
+def training_images(cfg: ConfirmatoryConfig) -> str:
+    """Markdown: the images each run trains on (its steps x its global batch), a test seed's and the tuning seed's
+    (whose sweep trains each arm once per rate on most of its images, counted whole, then once more), and the whole
+    test's. Frozen evaluations and the timing are not counted."""
+    pretraining = build_config(MPPRunConfig, cfg.mpp_preset, pretraining_overrides(cfg)).train
+    rows = [("MPP pre-training", pretraining.steps, pretraining.global_batch_size, 1)]
+    for arm in cfg.arms:
+        run = build_config(FinetuneRunConfig, cfg.finetune_preset, arm_overrides(cfg, arm, cfg.seeds[0]))
+        rows.append((arm.label, run.train.steps, run.train.global_batch_size, 1 + len(run.finetune.sweep_lrs)))
+    per_seed = sum(steps * batch for _, steps, batch, _ in rows)
+    tuning = sum(steps * batch * trainings for _, steps, batch, trainings in rows) if cfg.tuning_seed is not None else 0
+    body = [[label, f"{steps:,} x {batch}", f"{steps * batch:,}",
+             f"{trainings}" if cfg.tuning_seed is not None else "—"] for label, steps, batch, trainings in rows]
+    return "\n".join(markdown_table(["Run", "Steps x batch", "Images a test seed", "Trainings on the tuning seed"],
+                                     body) + [f"A test seed: {per_seed:,} images; the tuning seed: {tuning:,}; the "
+                                              f"{len(cfg.seeds)} test seeds and the tuning seed: "
+                                              f"{len(cfg.seeds) * per_seed + tuning:,}."])
 
 
 def seed_record(cfg: ConfirmatoryConfig, seed: int) -> Optional[dict[str, Any]]:
@@ -190,6 +273,10 @@ def tables(cfg: ConfirmatoryConfig, results: dict[str, Any]) -> str:
     records, seeds = results["per_seed"], [seed for seed in cfg.seeds if str(seed) in results["per_seed"]]
     lines = [f"Registered in {cfg.registration}. Seeds recorded: {len(seeds)} of {len(cfg.seeds)} "
              f"({', '.join(map(str, seeds)) or 'none'}).", ""]
+    if results.get("tuned_rates"):
+        lines += [f"Learning rates chosen on tuning seed {cfg.tuning_seed}: " + ", ".join(
+            f"{arm.label} {results['tuned_rates'][arm.name]:g}" for arm in cfg.arms
+            if arm.name in results["tuned_rates"]) + ".", ""]
     if "primary" in results:
         primary = results["primary"]
         lines += [f"**Primary test** ({primary['test']}, level {primary['level']}, balanced accuracy): "
@@ -259,6 +346,8 @@ def confirmatory_test(cfg: ConfirmatoryConfig) -> str:
     if not cfg.arms:
         raise ConfigError("arms: a confirmatory test needs its arms (name, label, pretrained, overrides), two of "
                           "them named by better and worse")
+    if cfg.cost_only:
+        return training_images(cfg)
     if cfg.results_page:
         check_section(Path(cfg.results_page), Path(cfg.output_dir).name)
     results = published(cfg)
@@ -271,10 +360,18 @@ def confirmatory_test(cfg: ConfirmatoryConfig) -> str:
         return publish(cfg, results)
     start, spent = time.perf_counter(), results["wall_seconds"]
     output_dir = claim_experiment(cfg)
+    rates = results.setdefault("tuned_rates", {})
 
     def record(run: Run) -> None:
-        """The seed of ``run`` recorded and published as soon as its last run has finished."""
+        """A tuning run's chosen rate, or the seed of ``run`` once its last run has finished, recorded and
+        published at once."""
         seed = int(run.name.rsplit("-seed", 1)[1])
+        if seed == cfg.tuning_seed:
+            arm = next((arm.name for arm in cfg.arms if run_name(arm.name, seed) == run.name), None)
+            if arm:
+                rates[arm] = read_metrics(run.directory(output_dir))["chosen_lr"]
+                publish(cfg, results)
+            return
         finished = seed_record(cfg, seed)
         if finished is not None and str(seed) not in results["per_seed"]:
             recorded = results["per_seed"] | {str(seed): finished}
@@ -283,8 +380,26 @@ def confirmatory_test(cfg: ConfirmatoryConfig) -> str:
             publish(cfg, results)
 
     seeds = [seed for seed in cfg.seeds if str(seed) not in results["per_seed"]]
+    tune = cfg.tuning_seed is not None and len(rates) < len(cfg.arms) and bool(seeds)
+    if cfg.time_budget_minutes and seeds:
+        per_seed, tuning_minutes, timed = seed_minutes(cfg, seeds[0], rates)
+        left = cfg.time_budget_minutes - (time.perf_counter() - start) / 60
+        tune = tune and tuning_minutes <= left  # the rates first, alone if no seed fits after them
+        left -= tuning_minutes if tune else 0.0
+        fitting = seeds[:max(0, int(left // per_seed))] if tune or len(rates) == len(cfg.arms) or \
+            cfg.tuning_seed is None else []
+        logger.info("timed over %d steps:\n%s\na seed: %.1f min%s; %d of the %d seeds not yet recorded fit in the "
+                    "%.1f minutes left: %s", cfg.timing_steps, timed, per_seed,
+                    f" (the tuning seed first: {tuning_minutes:.1f} min)" if tuning_minutes else "", len(fitting),
+                    len(seeds), left, fitting or "none")
+        seeds = fitting
+    cut = (f"train.steps={cfg.max_steps}",) if cfg.max_steps else ()
+    tuning = [] if not tune else [
+        run for run in plan_runs(cfg, [cfg.tuning_seed], rates, steps=cut)
+        if run.name == run_name(PRETRAIN, cfg.tuning_seed) or run.name in {
+            run_name(arm.name, cfg.tuning_seed) for arm in cfg.arms if arm.name not in rates}]
     try:
-        execute(plan_runs(cfg, seeds), output_dir, cfg.parallel_runs, on_finished=record)
+        execute(tuning + plan_runs(cfg, seeds, rates, steps=cut), output_dir, cfg.parallel_runs, on_finished=record)
     finally:
         results["wall_seconds"] = spent + time.perf_counter() - start
         table = publish(cfg, results)

@@ -143,9 +143,9 @@ class RunFailed(RunError):
 # Settings an experiment may change when continued: which seeds (each seed's runs are independent of the others', so
 # an experiment at 3 seeds grows to 5 by running again with 5), a pre-training curve's lengths read (each reads
 # checkpoints of the same runs, whose length, pretraining_epochs, is fixed), a curve's longer fine-tuning (runs of its
-# own), how many runs at once, and where results are published.
+# own), how many runs at once, where results are published, and a confirmatory test's time on a lent machine.
 FREE_TO_CHANGE = ("seeds", "epochs", "parallel_runs", "publish_dir", "results_page", "tables_only", "chance_margin",
-                  "longer_finetune_steps")
+                  "longer_finetune_steps", "time_budget_minutes", "timing_steps", "cost_only")
 
 
 def fixed_settings(settings: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:

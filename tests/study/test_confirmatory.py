@@ -15,6 +15,7 @@ import yaml
 from mpp.config.building import build_config
 from mpp.errors import ConfigError
 from mpp.evaluation.statistics import paired_difference
+from mpp.experiments.runner import claim_experiment
 from study.confirmatory import ConfirmatoryConfig, one_sided_p, plan_runs, read_tests, tables
 from tests.launching import ROOT
 
@@ -45,7 +46,7 @@ def tiny_config(tmp_path: Path, **changes) -> ConfirmatoryConfig:
 
 def test_each_seed_pre_trains_once_and_runs_every_arm_seed_after_seed_in_the_registered_order(tmp_path):
     cfg = tiny_config(tmp_path, seeds=[9, 4])
-    runs = plan_runs(cfg, [9, 4])
+    runs = plan_runs(cfg, [9, 4], {})
     assert [run.name for run in runs] == [
         "pretrain/mpp-seed9", "finetune/scratch-seed9", "finetune/mpp-seed9", "finetune/mpp-short-seed9",
         "pretrain/mpp-seed4", "finetune/scratch-seed4", "finetune/mpp-seed4", "finetune/mpp-short-seed4"]
@@ -120,22 +121,69 @@ def test_a_whole_test_records_each_seed_as_it_finishes_and_continued_runs_only_t
                 "results_page": str(page)}
     preset.write_text(yaml.safe_dump({**settings, "seeds": [0, 1]}))
     command = [sys.executable, "-m", "study.confirmatory", "--config", str(preset)]
+    # Seed 1's pre-training cannot start (a file stands where its run directory goes): seed 0 is recorded all the
+    # same, the moment its last run finished, and the test is not read.
+    claim_experiment(build_config(ConfirmatoryConfig, preset))  # its output_dir, as the command would
+    blocked = tmp_path / "confirm" / "pretrain" / "mpp-seed1"
+    blocked.parent.mkdir(parents=True)
+    blocked.write_text("in the way")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode != 0 and "runs failed: pretrain/mpp-seed1" in result.stderr, result.stderr[-3000:]
+    results = json.loads((published / "results.json").read_text())
+    assert list(results["per_seed"]) == ["0"] and "primary" not in results
+    assert results["per_seed"]["0"]["scratch"]["steps"] == 6 and results["per_seed"]["0"]["mpp"]["steps"] == 3
+    assert "Seeds recorded: 1 of 2 (0)" in page.read_text()
+
+    blocked.unlink()  # continued: seed 1's runs alone (its scratch arm had finished), then the test read
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "8 runs, 0 already finished" in result.stderr
+    assert "4 runs, 1 already finished" in result.stderr
     results = json.loads((published / "results.json").read_text())
     assert list(results["per_seed"]) == ["0", "1"] and results["primary"]["seeds"] == [0, 1]
-    assert results["per_seed"]["1"]["scratch"]["steps"] == 6 and results["per_seed"]["1"]["mpp"]["steps"] == 3
     assert results["classes"] == 10 and "**Primary test**" in page.read_text()
 
-    # The recorded seeds are never run again, even where their runs are gone: a new output_dir runs the new seed.
-    preset.write_text(yaml.safe_dump({**settings, "seeds": [0, 1, 2], "output_dir": str(tmp_path / "later" / "confirm")}))
+    # The recorded seeds are never run again, even where their runs are gone: elsewhere, the new seed alone runs.
+    preset.write_text(yaml.safe_dump({**settings, "seeds": [0, 1, 2], "output_dir": str(tmp_path / "b" / "confirm")}))
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "4 runs, 0 already finished" in result.stderr
+    assert result.returncode == 0 and "4 runs, 0 already finished" in result.stderr, result.stderr[-3000:]
     results = json.loads((published / "results.json").read_text())
     assert list(results["per_seed"]) == ["0", "1", "2"] and results["primary"]["seeds"] == [0, 1, 2]
     # A registered test's seeds do not shrink under its published records.
     preset.write_text(yaml.safe_dump({**settings, "seeds": [0, 1]}))
     result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert result.returncode != 0 and "records seeds ['2'] that seeds=[0, 1] does not register" in result.stderr
+
+
+@pytest.mark.slow
+def test_the_gpu_test_dry_run_tunes_on_its_tuning_seed_times_its_runs_and_runs_only_the_seeds_that_fit(tmp_path):
+    # The GPU preset itself, its encoder and batches shrunk for a CPU and every run cut to 2 steps.
+    settings = yaml.safe_load((ROOT / "study" / "configs" / "confirm_fashion_mnist_gpu.yaml").read_text())
+    assert settings["tuning_seed"] not in settings["seeds"] and settings["time_budget_minutes"] > 0
+    small = ["train.global_batch_size=16", "train.mixed_precision=no"]
+    settings |= {"output_dir": str(tmp_path / "runs" / "confirm"), "publish_dir": str(tmp_path / "published"),
+                 "encoder": ["model.embed_dim=16", "model.num_heads=2", "model.depth=1"],
+                 "mpp": [*settings["mpp"], *small], "finetune": [*settings["finetune"], *small],
+                 "max_steps": 2, "timing_steps": 2, "time_budget_minutes": 60, "seeds": settings["seeds"][:2]}
+    preset = tmp_path / "confirm.yaml"
+    preset.write_text(yaml.safe_dump(settings))
+    command = [sys.executable, "-m", "study.confirmatory", "--config", str(preset)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "timed over 2 steps" in result.stderr and "2 of the 2 seeds not yet recorded fit" in result.stderr
+    assert "the tuning seed first" in result.stderr
+    results = json.loads((tmp_path / "published" / "results.json").read_text())
+    arms = [arm["name"] for arm in settings["arms"]]
+    assert sorted(results["tuned_rates"]) == sorted(arms)  # chosen once, on the tuning seed, from the grid
+    assert all(rate in (0.03, 0.1, 0.3) for rate in results["tuned_rates"].values())
+    for seed in map(str, settings["seeds"]):  # every test seed trained each arm at the rate its tuning chose
+        assert {arm: results["per_seed"][seed][arm]["lr"] for arm in arms} == results["tuned_rates"]
+    assert results["primary"]["seeds"] == settings["seeds"]
+
+    # On a later machine, too little time for the seed left: the rates are not chosen again and nothing runs.
+    settings |= {"seeds": [*settings["seeds"], 99], "time_budget_minutes": 0.01}
+    preset.write_text(yaml.safe_dump(settings))
+    result = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "0 of the 1 seeds not yet recorded fit" in result.stderr and "tuning seed first" not in result.stderr
+    assert list(json.loads((tmp_path / "published" / "results.json").read_text())["per_seed"]) == \
+        [str(seed) for seed in settings["seeds"][:2]]
