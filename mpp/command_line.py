@@ -13,7 +13,7 @@ from typing import Any, Callable
 from accelerate import PartialState
 
 from mpp.config.building import parse_command_line
-from mpp.errors import RunError
+from mpp.errors import RunError, RunFinished
 from mpp.private_apis import accelerate_launch_variable
 from mpp.run.directory import CONFIG_FILE
 from mpp.training.preemption import Preempted, stop_with_launcher
@@ -40,6 +40,9 @@ def run_recipe(main: Callable[[Any], Any], config_class: type, default_preset: P
         main(parse_command_line(config_class, sys.argv[1:], default_preset, description=description))
     except RunError as error:
         sys.exit(f"error: {error}")
+    except RunFinished as finished:  # resumed after its end (run twice, a scheduler's requeue): nothing to do
+        logger.info("%s", finished)
+        sys.exit(0)
     except Preempted as stop:
         said = f"{stop}: {continue_command(stop.checkpoint)}"
         if PartialState().is_main_process:

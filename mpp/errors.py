@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 
 class RunError(Exception):
     """A run cannot start or go on, for a reason the user can act on; the message says what to do. Entry points print
@@ -15,3 +18,12 @@ class ConfigError(RunError, ValueError):
 
 class DataError(ConfigError):
     """Data that cannot be read as asked; the message names the path or column and how to fix it."""
+
+
+class RunFinished(Exception):
+    """Not a failure: a run asked to resume had already trained its last step and written its results, so there is
+    nothing to do. Entry points say so and exit with status 0; the Python API returns the finished run's result."""
+
+    def __init__(self, message: str, run_dir: Path, metrics: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.run_dir, self.metrics = run_dir, metrics

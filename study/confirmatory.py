@@ -146,9 +146,9 @@ def seed_minutes(cfg: ConfirmatoryConfig, seed: int, rates: dict[str, float]) ->
     every_rate = {arm.name: 0.1 for arm in cfg.arms}  # the timing never sweeps: the speed is the same at any rate
     runs = plan_runs(cfg, [seed], every_rate, timing_dir, (f"train.steps={cfg.timing_steps}",))
     lines, minutes, tuning = [], 0.0, 0.0
-    for run in runs:
+    for index, run in enumerate(runs):
         start = time.perf_counter()
-        execute([run], timing_dir, 1)
+        execute(runs[:index + 1], timing_dir, 1)  # with the runs before it, finished: the pre-training it starts from
         metrics = read_metrics(run.directory(timing_dir))
         step_seconds = metrics["global_batch_size"] / metrics["images_per_second"]
         start_up = max(0.0, time.perf_counter() - start - cfg.timing_steps * step_seconds)

@@ -175,3 +175,23 @@ def test_notebook_launcher_runs_two_processes_on_the_cpu(tmp_path, folders):
     assert (tmp_path / "pre" / "export" / "model.safetensors").is_file()
     knn = json.loads((tmp_path / "knn" / "metrics.json").read_text())
     assert knn["backend"]["distributed_type"] == "MULTI_CPU" and knn["test_images"] == 8
+
+
+def test_resume_of_a_finished_run_returns_its_result_rewriting_nothing_and_a_shorter_run_is_refused(tmp_path, folders,
+                                                                                                    capsys):
+    run_dir = tmp_path / "run"
+    first = mpp.pretrain(output_dir=run_dir, data=folders, resume=True, **TINY, **NO_MONITORS)
+    said = capsys.readouterr().err  # the package logs to the console (configure_logging): stderr
+    assert f"no checkpoint in {run_dir} to resume: a new run starts" in said  # resume=True with none: a new run
+    written = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
+
+    again = mpp.pretrain(output_dir=run_dir, data=folders, resume=True, **TINY, **NO_MONITORS)
+    said = capsys.readouterr().err
+    assert again.metrics == json.loads((run_dir / "metrics.json").read_text()) and again.run_dir == first.run_dir
+    assert f"the run in {run_dir} has finished (step 4 of train.steps=4); its encoder is exported to " in said
+    assert {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()} == written  # nothing rewritten
+
+    shorter = {**TINY, "train": {**TINY["train"], "steps": 2}}
+    with pytest.raises(ConfigError, match=r"step_00000004: it is at step 4, past train.steps=2; pass train.steps=4"):
+        mpp.pretrain(output_dir=run_dir, data=folders, resume=True, **shorter, **NO_MONITORS)
+    assert {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()} == written

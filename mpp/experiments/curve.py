@@ -374,8 +374,8 @@ def kept_table(results: dict[str, Any]) -> str:
 def longer_table(results: dict[str, Any], compared: dict[tuple[str, str], Comparison]) -> str:
     """Markdown, after a blank line, where the longest length was also fine-tuned longer (``LONGER``): its fine-tuned
     balanced accuracy, final training accuracy and its rise over the last fifth, its gain over scratch (in top-1 too)
-    and over the short fine-tuning with their 95% intervals, what it kept of MPP's encoder (the last block's CKA, the weight
-    change) and its rates (``compared``: ``finetuned_comparisons``). Empty otherwise."""
+    and over the short fine-tuning with their 95% intervals, what it kept of MPP's encoder (the last block's CKA, the
+    weight change) and its rates (``compared``: ``finetuned_comparisons``). Empty otherwise."""
     epochs, entry = next(reversed(results["finetuned"].items()))
     if LONGER not in entry:
         return ""
@@ -396,8 +396,8 @@ def longer_table(results: dict[str, Any], compared: dict[tuple[str, str], Compar
              "Rates chosen |",
              "|---|---:|---:|---:|---:|---|---|---|---:|---:|---|",
              f"| {row} | {steps:,} | {percent(longer['balanced_accuracy'])} | "
-             f"{percent(longer['train_accuracy'])} | {last_fifths_rise(longer)} | {over['scratch']} | {over['top-1']} | "
-             f"{over['short']} | "
+             f"{percent(longer['train_accuracy'])} | {last_fifths_rise(longer)} | {over['scratch']} | "
+             f"{over['top-1']} | {over['short']} | "
              f"{mean_sd([blocks[-1] for blocks in longer['kept_similarity']], '.3f')} | "
              f"{mean_sd([100 * change for change in longer['weight_change']], '.1f')} | {chosen_rates(longer)} |"]
     return "\n".join(lines) + "\n"

@@ -33,7 +33,7 @@ from mpp.config.runs import (
     MPPRunConfig,
     SupervisedRunConfig,
 )
-from mpp.errors import ConfigError
+from mpp.errors import ConfigError, RunFinished
 from mpp.private_apis import forget_accelerate_state, leave_process_group_to_launcher
 from mpp.recipes.few_shot_run import evaluate_few_shot
 from mpp.recipes.finetune_run import fine_tune
@@ -178,7 +178,11 @@ def _pick(recipes: dict[str, Recipe], name: str, parameter: str) -> Recipe:
 def _run(recipe: Recipe, config: Optional[str | Path], overrides: dict[str, Any]) -> RunResult:
     cfg = build_config(recipe.config_class, preset_path(config, recipe.default_preset), override_arguments(overrides))
     with run_in_this_process():
-        return recipe.run(cfg)
+        try:
+            return recipe.run(cfg)
+        except RunFinished as finished:  # resume=True of a finished run: its result, nothing rewritten
+            logging.getLogger(__name__).info("%s", finished)
+            return RunResult(finished.run_dir, finished.metrics)
 
 
 @contextmanager

@@ -36,9 +36,9 @@ from timm.utils import ModelEmaV3
 
 from mpp.config.runs import TrainingRunConfig
 from mpp.config.building import config_to_dict, save_config
-from mpp.errors import ConfigError, RunError
+from mpp.errors import ConfigError, RunError, RunFinished
 from mpp.private_apis import prepared_models_and_optimizers, saved_model_file
-from mpp.run.directory import CHECKPOINTS_DIR, CONFIG_FILE, PARTIAL_SUFFIX
+from mpp.run.directory import CHECKPOINTS_DIR, CONFIG_FILE, EXPORT_DIR, PARTIAL_SUFFIX, read_metrics
 
 STATE_FILE = "trainer_state.json"  # the step and every other file's size and CRC-32; written last
 AVERAGED_FILE = "averaged_model.safetensors"
@@ -235,6 +235,22 @@ def find_resume_checkpoint(resume: str, run_dir: Path) -> Optional[Path]:
                               + (f"the newest intact checkpoint of its run is {intact}: pass resume={intact}"
                                  if intact else "its run has no intact checkpoint; start again with overwrite=true"))
     return path
+
+
+def check_resume_length(checkpoint: Path, steps: int, run_dir: Path) -> None:
+    """Refuse a checkpoint past the run's last step (``train.steps``, one line naming both); a run whose checkpoint
+    is at its last step and whose results are written has finished (``RunFinished``, nothing rewritten)."""
+    step = read_step(checkpoint)
+    if step > steps:
+        raise ConfigError(f"cannot resume from {checkpoint}: it is at step {step}, past train.steps={steps}; pass "
+                          f"train.steps={step} or more to continue it, or start a new run in another output_dir")
+    finished = read_metrics(run_dir)
+    if step == steps and finished is not None:
+        export = run_dir / EXPORT_DIR
+        raise RunFinished(f"the run in {run_dir} has finished (step {step} of train.steps={steps})"
+                          + (f"; its encoder is exported to {export}" if export.is_dir() else "")
+                          + ": nothing to resume. A larger train.steps with --resume trains it further",
+                          run_dir, finished)
 
 
 def check_resume_compatible(checkpoint: Path, config: TrainingRunConfig) -> None:

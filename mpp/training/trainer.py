@@ -26,7 +26,8 @@ from mpp.data.loading import check_batch_fits
 from mpp.data.training_batches import training_batches
 from mpp.models.pretrained import encoder_from_model_state
 from mpp.run.session import Session
-from mpp.training.checkpoint import check_resume_compatible, load_checkpoint, resume_checkpoint
+from mpp.training.checkpoint import (check_resume_compatible, check_resume_length, load_checkpoint,
+                                     resume_checkpoint)
 from mpp.training.engine import Monitor, TrainingRun, plan_batches, train
 from mpp.training.optimizer import create_optimizer
 from mpp.training.schedule import resolved_schedule
@@ -69,9 +70,13 @@ class Trainer:
         finetune = getattr(config, "finetune", None)  # fine-tuning's layer-wise decay, where the run has one
         self.optimizer = create_optimizer(model, self.train_config, accelerator.device,
                                           finetune.layer_decay if finetune is not None else 1.0)
-        self.checkpoint = resume_checkpoint(config.resume if resume is None else resume, self.run_dir)
+        asked = config.resume if resume is None else resume
+        self.checkpoint = resume_checkpoint(asked, self.run_dir)
         if self.checkpoint is not None:
             check_resume_compatible(self.checkpoint, config)
+            check_resume_length(self.checkpoint, self.train_config.steps, self.run_dir)
+        elif asked == "auto":  # documented: resuming where there is no checkpoint yet starts the run
+            logger.info("%sno checkpoint in %s to resume: a new run starts", log_prefix, self.run_dir)
         self.averaged: Optional[ModelEmaV3] = None
 
     def describe(self) -> str:

@@ -187,3 +187,11 @@ def test_a_small_folder_shrinks_the_default_monitors_with_one_warning_and_trains
                                 "score on); they use 10, 1 and 9")
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert 0 <= metrics["few_shot_accuracy"] <= 1 and len(metrics["few_shot_comparison"]["trained"]) == 2
+
+
+def test_the_same_command_with_resume_after_the_run_finished_says_so_and_exits_0(run):
+    written = {path: path.read_bytes() for path in run.rglob("*") if path.is_file()}
+    result = launch(f"output_dir={run}", *TINY, "--resume")  # run twice, or requeued by a scheduler after its end
+    assert result.returncode == 0 and f"the run in {run} has finished (step 6 of train.steps=6)" in result.stderr
+    assert f"its encoder is exported to {run / 'export'}" in result.stderr and "Traceback" not in result.stderr
+    assert {path: path.read_bytes() for path in run.rglob("*") if path.is_file()} == written
