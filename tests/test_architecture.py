@@ -154,9 +154,22 @@ def test_no_two_modules_share_a_name_in_different_roles():
     experiments' beside them: the same role."""
     root = Path(__file__).parents[1]
     names: dict[str, list[str]] = {}
-    for folder in ("mpp", "recipes", "eval", "tools"):
+    for folder in ("mpp", "recipes", "eval", "tools", "study"):
         for path in sorted((root / folder).rglob("*.py")):
             if path.stem not in ("__init__", "__main__"):
                 names.setdefault(path.stem, []).append(str(path.relative_to(root)))
     shared = {name: paths for name, paths in names.items() if len(paths) > 1 and name != "config"}
     assert not shared, f"one name, two modules: {shared}"
+
+
+def test_the_library_never_imports_the_study_or_the_tools_beside_it():
+    """study/ (this package's own published tests) and tools/ use the package; nothing in mpp/ imports them."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            outside = [name for name in names if name.split(".")[0] in ("study", "tools")]
+            if outside:
+                found[module_name(path)] = outside
+    assert not found, f"the library imports what lives beside it: {found}"
