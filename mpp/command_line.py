@@ -44,7 +44,7 @@ def run_recipe(main: Callable[[Any], Any], config_class: type, default_preset: P
         logger.info("%s", finished)
         sys.exit(0)
     except Preempted as stop:
-        said = f"{stop}: {continue_command(stop.checkpoint)}"
+        said = f"{stop.continued_by('--resume')}: {continue_command(stop.checkpoint)}"
         if PartialState().is_main_process:
             logger.warning(said)  # on the console and in the run's log.txt
         else:

@@ -3,8 +3,10 @@ rather than exits, runs one after another in one process, and two processes unde
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +19,7 @@ from devices import USE_CPU
 from mpp.config.building import build_config
 from mpp.config.runs import FinetuneRunConfig, MPPRunConfig
 from mpp.errors import ConfigError, DataError, RunError
+from mpp.training.preemption import Preempted
 from mpp.recipes.python_api import EVALUATIONS, FINE_TUNING, PRE_TRAINING, override_arguments, preset_path
 from tests.launching import ROOT, free_port, load_script, write_two_noise_classes
 
@@ -195,3 +198,16 @@ def test_resume_of_a_finished_run_returns_its_result_rewriting_nothing_and_a_sho
     with pytest.raises(ConfigError, match=r"step_00000004: it is at step 4, past train.steps=2; pass train.steps=4"):
         mpp.pretrain(output_dir=run_dir, data=folders, resume=True, **shorter, **NO_MONITORS)
     assert {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()} == written
+
+
+def test_a_run_stopped_by_a_signal_says_how_to_continue_in_this_apis_words(monkeypatch, tmp_path):
+    checkpoint = tmp_path / "checkpoints" / "step_00000007"
+
+    def stopped_by_ctrl_c(cfg):
+        raise Preempted(signal.SIGINT, 7, checkpoint)
+
+    monkeypatch.setitem(PRE_TRAINING, "mpp", dataclasses.replace(PRE_TRAINING["mpp"], run=stopped_by_ctrl_c))
+    with pytest.raises(Preempted) as stop:
+        mpp.pretrain(output_dir=tmp_path)
+    assert str(stop.value) == (f"stopped by Ctrl-C (SIGINT) after step 7; checkpoint {checkpoint} saved: continue with "
+                               "resume=True and the same output_dir")

@@ -43,6 +43,7 @@ from mpp.recipes.linear_probe_run import evaluate_linear_probe
 from mpp.recipes.mpp_run import pretrain_mpp
 from mpp.recipes.run_result import RunResult
 from mpp.recipes.supervised_run import pretrain_supervised
+from mpp.training.preemption import Preempted
 
 # The checkout this package is in (an editable install, or the repository root on the path): its presets are there.
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -183,6 +184,9 @@ def _run(recipe: Recipe, config: Optional[str | Path], overrides: dict[str, Any]
         except RunFinished as finished:  # resume=True of a finished run: its result, nothing rewritten
             logging.getLogger(__name__).info("%s", finished)
             return RunResult(finished.run_dir, finished.metrics)
+        except Preempted as stop:  # said in this API's words
+            stop.args = (stop.continued_by("resume=True"),)
+            raise
 
 
 @contextmanager

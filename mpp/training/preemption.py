@@ -54,9 +54,17 @@ class Preempted(Exception):
 
     def __init__(self, signum: int, step: int, checkpoint: Any):
         self.signum, self.step, self.checkpoint = signum, step, checkpoint
-        cause = " (its launcher ended)" if signum == LAUNCHER_GONE else ""
-        super().__init__(f"stopped by {signal.Signals(signum).name}{cause} after step {step}; checkpoint "
-                         f"{checkpoint} saved: continue with --resume (or resume=auto) and the same output_dir")
+        super().__init__(f"stopped by {SAID.get(signum, signal.Signals(signum).name)} after step {step}; checkpoint "
+                         f"{checkpoint} saved")
+
+    def continued_by(self, how: str) -> str:
+        """What happened and how to go on: ``how`` is the caller's way to resume (a command line, or resume=True)."""
+        return f"{self}: continue with {how} and the same output_dir"
+
+
+# How a stop's signal reads to the user who sent it.
+SAID = {signal.SIGINT: "Ctrl-C (SIGINT)",
+        LAUNCHER_GONE: "SIGUSR2 (its launcher ended: Ctrl-C or a signal sent to the launcher alone)"}
 
 
 class StopSignals:

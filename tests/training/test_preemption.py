@@ -64,7 +64,7 @@ def test_ctrl_c_saves_and_exits_with_130(tmp_path):
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130 and "KeyboardInterrupt" not in stderr, stderr[-3000:]
-    step = int(re.search(r"stopped by SIGINT after step (\d+)", stderr).group(1))
+    step = int(re.search(r"stopped by Ctrl-C \(SIGINT\) after step (\d+)", stderr).group(1))
     assert (tmp_path / "checkpoints" / f"step_{step:08d}").is_dir()
 
 
@@ -83,7 +83,8 @@ def test_sigterm_to_the_launcher_alone_stops_the_training_process_with_a_checkpo
     finally:
         if trainer.is_running():  # the failure this test is for: an orphan the test must not leave behind
             trainer.kill()
-    found = re.search(r"stopped by SIGUSR2 \(its launcher ended\) after step (\d+); checkpoint (\S+) saved", stderr)
+    found = re.search(r"stopped by SIGUSR2 \(its launcher ended: Ctrl-C or a signal sent to the launcher alone\) "
+                      r"after step (\d+); checkpoint (\S+) saved", stderr)
     assert found, stderr[-3000:]  # none: it ended some other way (killed by a signal if no traceback is shown)
     step = int(found.group(1))
     assert 3 <= step < 100000 and (tmp_path / "checkpoints" / f"step_{step:08d}").is_dir()
