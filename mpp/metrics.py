@@ -7,6 +7,7 @@ Counts are summed on the device, one (K 2) tensor per batch, and read once at th
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -21,15 +22,26 @@ def class_hits(predictions: torch.Tensor, labels: torch.Tensor, num_classes: int
 
 def class_scores(hits: torch.Tensor, prefix: str = "") -> dict[str, float | list[float | None]]:
     """``class_hits`` (summed over batches) -> ``<prefix>accuracy``, ``<prefix>balanced_accuracy`` (over the classes
-    seen) and ``<prefix>per_class_accuracy`` (None for a class not seen)."""
+    seen) and ``<prefix>per_class_accuracy`` (None for a class not seen); and the floors each must beat on these very
+    images: ``<prefix>majority_class_accuracy`` (always answering the largest class) and
+    ``<prefix>chance_balanced_accuracy`` (any answer that ignores the image: 1 / the classes seen)."""
     right, seen = hits.double().cpu().unbind(dim=1)
     per_class = [r / s if s else None for r, s in zip(right.tolist(), seen.tolist(), strict=True)]
     present = [value for value in per_class if value is not None]
+    total = seen.sum().item()
     return {
-        f"{prefix}accuracy": right.sum().item() / seen.sum().item() if seen.sum() else math.nan,
+        f"{prefix}accuracy": right.sum().item() / total if total else math.nan,
         f"{prefix}balanced_accuracy": sum(present) / len(present) if present else math.nan,
         f"{prefix}per_class_accuracy": per_class,
+        f"{prefix}majority_class_accuracy": seen.max().item() / total if total else math.nan,
+        f"{prefix}chance_balanced_accuracy": 1 / len(present) if present else math.nan,
     }
+
+
+def floors_said(scores: dict[str, Any], prefix: str = "") -> str:
+    """The floors of ``class_scores`` in words, for a run's last line."""
+    return (f"floors: the largest class {scores[f'{prefix}majority_class_accuracy']:.4f} (accuracy), chance "
+            f"{scores[f'{prefix}chance_balanced_accuracy']:.4f} (balanced)")
 
 
 def scores_of(predictions: torch.Tensor, labels: torch.Tensor, num_classes: int, prefix: str = ""
@@ -41,3 +53,10 @@ def scores_of(predictions: torch.Tensor, labels: torch.Tensor, num_classes: int,
 def majority_class_accuracy(labels: torch.Tensor) -> float:
     """The accuracy of always answering the most frequent class of these (n) labels: what a classifier must beat."""
     return torch.bincount(labels).max().item() / len(labels)
+
+
+def label_floors(labels: torch.Tensor, prefix: str = "") -> dict[str, float]:
+    """``class_scores``' floors from the (n) labels alone, for scores made without ``class_hits``."""
+    classes = int((torch.bincount(labels) > 0).sum().item())
+    return {f"{prefix}majority_class_accuracy": majority_class_accuracy(labels),
+            f"{prefix}chance_balanced_accuracy": 1 / classes}

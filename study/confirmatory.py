@@ -155,12 +155,13 @@ def seed_minutes(cfg: ConfirmatoryConfig, seed: int, rates: dict[str, float]) ->
         arm = next((arm for arm in cfg.arms if run_name(arm.name, seed) == run.name), None)
         config = (build_config(FinetuneRunConfig, cfg.finetune_preset, arm_overrides(cfg, arm, seed)) if arm else
                   build_config(MPPRunConfig, cfg.mpp_preset, pretraining_overrides(cfg)))
-        run_minutes = (start_up + config.train.steps * step_seconds) / 60
+        steps = min(config.train.steps, cfg.max_steps or config.train.steps)  # a dry run's are cut
+        run_minutes = (start_up + steps * step_seconds) / 60
         minutes += run_minutes
         trainings = 1 + len(config.finetune.sweep_lrs) if arm and arm.name not in rates else 1
         tuning += trainings * run_minutes
         lines.append(f"{run.name}: {start_up:.0f} s to start, {1000 * step_seconds:.1f} ms a step: "
-                     f"{config.train.steps:,} steps in {run_minutes:.1f} min")
+                     f"{steps:,} steps in {run_minutes:.1f} min")
     tuning = tuning / cfg.parallel_runs if cfg.tuning_seed is not None and len(rates) < len(cfg.arms) else 0.0
     return minutes / cfg.parallel_runs, tuning, "\n".join(lines)
 
@@ -408,6 +409,7 @@ def confirmatory_test(cfg: ConfirmatoryConfig) -> str:
 
 def main(cfg: ConfirmatoryConfig) -> None:
     configure_logging()
+    logging.getLogger("study").setLevel(logging.INFO)  # its own lines beside the package's
     print(confirmatory_test(cfg))
 
 

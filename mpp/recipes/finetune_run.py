@@ -14,6 +14,7 @@ from timm.models.vision_transformer import VisionTransformer
 from mpp.config.runs import FinetuneRunConfig
 from mpp.data.loading import build_dataset, check_classes_to_learn, warn_if_tested_on_training_images
 from mpp.data.transforms import image_view
+from mpp.metrics import floors_said
 from mpp.models.classifier import ImageClassifier
 from mpp.models.encoder import count_parameters
 from mpp.models.pretrained import fine_tuning_encoder, fine_tuning_model_config, input_normalisation, read_pretrained
@@ -89,7 +90,7 @@ def fine_tune(cfg: FinetuneRunConfig) -> RunResult:
                        **{f"sweep_holdout_{cfg.finetune.sweep_score}": {f"{rate:g}": score for rate, score in
                                                                          sweep.items()} or None})
         session.finish(metrics)
-    logger.info("done: test_accuracy %.4f%s with lr %g", metrics["test_accuracy"],
+    logger.info("done: test_accuracy %.4f%s, balanced %.4f, with lr %g; %s", metrics["test_accuracy"],
                 f" (averaged weights: {metrics['test_accuracy_averaged']:.4f})" if cfg.finetune.ema_decay else "",
-                trainer.train_config.lr)
+                metrics["test_balanced_accuracy"], trainer.train_config.lr, floors_said(metrics, "test_"))
     return RunResult(session.run_dir, metrics)

@@ -7,7 +7,7 @@ import logging
 from mpp.config.runs import KnnRunConfig
 from mpp.evaluation.frozen_encoder import open_evaluation_run
 from mpp.evaluation.frozen_feature_classifiers import knn_predictions
-from mpp.metrics import scores_of
+from mpp.metrics import floors_said, scores_of
 from mpp.recipes.run_result import RunResult
 
 logger = logging.getLogger(__name__)
@@ -21,8 +21,9 @@ def evaluate_knn(cfg: KnnRunConfig) -> RunResult:
         predictions = knn_predictions(train_features, train_labels, features, run.train_set.num_classes, cfg.knn.k,
                                       cfg.knn.temperature)
         scores = scores_of(predictions, labels, run.train_set.num_classes, "test_")
-        logger.info("kNN (k=%d, temperature %g): test accuracy %.4f, balanced %.4f", cfg.knn.k, cfg.knn.temperature,
-                    scores["test_accuracy"], scores["test_balanced_accuracy"])
+        logger.info("kNN (k=%d, temperature %g): test accuracy %.4f, balanced %.4f; %s", cfg.knn.k,
+                    cfg.knn.temperature, scores["test_accuracy"], scores["test_balanced_accuracy"],
+                    floors_said(scores, "test_"))
         metrics = {"knn": {**scores, "k": cfg.knn.k, "temperature": cfg.knn.temperature},
                    "train_images": len(train_labels), "test_images": len(labels)}
         run.finish(metrics, {"knn/test_accuracy": scores["test_accuracy"],
