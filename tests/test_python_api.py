@@ -130,6 +130,8 @@ def test_pretrain_finetune_evaluate_one_after_another_in_this_process(tmp_path, 
     knn = mpp.evaluate(init=first.export_dir, output_dir=tmp_path / "knn", data=folders, protocol="knn", knn={"k": 3},
                        model=ENCODER)
 
+    # Every accuracy beside its floors on the same test images: 4 of each of 2 classes.
+    assert tuned.metrics["test_majority_class_accuracy"] == 0.5 == knn.metrics["knn"]["test_chance_balanced_accuracy"]
     for result in (first, second, tuned, knn):
         written = json.loads((result.run_dir / "metrics.json").read_text())
         assert json.loads(json.dumps(result.metrics)).items() <= written.items()  # which adds what the run was
