@@ -33,7 +33,7 @@ from mpp.experiments.runner import Run, claim_experiment, execute, recipe_comman
 from mpp.run.directory import read_metrics, write_whole
 from mpp.run.session import configure_logging
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("study.confirmatory")  # not __main__ when run with -m
 REPOSITORY = Path(__file__).resolve().parents[1]  # whose recipes the runs launch
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "confirm_openclipart_cpu.yaml"
 PRETRAIN = "pretrain/mpp"

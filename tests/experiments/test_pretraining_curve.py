@@ -316,8 +316,9 @@ def test_the_fine_tuned_tables_read_mpp_against_its_floor_its_gain_over_scratch_
     table = finetuned_table(results)
     assert ("MPP's encoder after 1 epoch fine-tuned 90 steps instead of 9, by the same recipe: 95 steps in all "
             "against the 9 of the ViT from scratch above") in table
-    assert ("| 1 epoch | 90 | 47.3 ± 2.1 | 98.0 ± 1.0 | — | +6.3 [+3.5, +9.2], shown (p 0.011) | -4.7 [-6.1, -3.2], "
-            "shown (p 0.0051) | 0.300 ± 0.100 | 40.0 ± 10.0 | 0.1 x3 |") in table
+    # Its gain over scratch in top-1 beside (the stand-in's accuracies are its balanced ones), outside Holm's count.
+    assert ("| 1 epoch | 90 | 47.3 ± 2.1 | 98.0 ± 1.0 | — | +6.3 [+3.5, +9.2], shown (p 0.011) | +6.3 [+3.5, +9.2], "
+            "shown (p 0.011) | -4.7 [-6.1, -3.2], shown (p 0.0051) | 0.300 ± 0.100 | 40.0 ± 10.0 | 0.1 x3 |") in table
     # Holm across the three (p 0.0027, 0.011, 0.0051): 3 x 0.0027, 2 x 0.0051, then 0.011: all stay shown.
     assert "after a Holm correction across these 3 alone (5% family-wise), 3 stay shown: " in table
     assert "1 epoch (Gain over scratch, points: Holm p 0.011); 1 epoch (Gain over the fine-tuning of 9 steps, " in table
