@@ -323,6 +323,9 @@ def publish(cfg: ConfirmatoryConfig, results: dict[str, Any]) -> str:
     """results.json and results.md in ``publish_dir`` (and ``output_dir``), the page's section; the tables."""
     if len(results["per_seed"]) == len(cfg.seeds):
         results |= read_tests(cfg, results["per_seed"])
+    else:  # registered seeds added since a reading: no test until they are in too
+        for reading in ("primary", "secondary"):
+            results.pop(reading, None)
     runs = len(results["per_seed"]) * (1 + len(cfg.arms))
     table = tables(cfg, results) + (f"\n{runs} runs of the recorded seeds, {cfg.parallel_runs} at a time, in "
                                     f"{results['wall_seconds'] / 60:.0f} min of wall time in all.\n")

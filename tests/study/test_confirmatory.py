@@ -16,7 +16,7 @@ from mpp.config.building import build_config
 from mpp.errors import ConfigError
 from mpp.evaluation.statistics import paired_difference
 from mpp.experiments.runner import claim_experiment
-from study.confirmatory import ConfirmatoryConfig, one_sided_p, plan_runs, read_tests, tables
+from study.confirmatory import ConfirmatoryConfig, one_sided_p, plan_runs, publish, read_tests, tables
 from tests.launching import ROOT
 
 CONFIGS = ROOT / "recipes" / "configs"
@@ -187,3 +187,12 @@ def test_the_gpu_test_dry_run_tunes_on_its_tuning_seed_times_its_runs_and_runs_o
     assert "0 of the 1 seeds not yet recorded fit" in result.stderr and "tuning seed first" not in result.stderr
     assert list(json.loads((tmp_path / "published" / "results.json").read_text())["per_seed"]) == \
         [str(seed) for seed in settings["seeds"][:2]]
+
+
+def test_a_registered_seed_added_after_a_reading_withdraws_it_until_that_seed_is_in_too(tmp_path):
+    results = {"per_seed": records([0.03, 0.02, 0.04, 0.01, 0.02]), "classes": 10, "majority_class_accuracy": 0.1,
+               "wall_seconds": 60.0}
+    assert "**Primary test**" in publish(tiny_config(tmp_path, seeds=[1, 2, 3, 4, 5]), results) and "primary" in results
+    table = publish(tiny_config(tmp_path, seeds=[1, 2, 3, 4, 5, 6]), results)
+    assert "primary" not in results and "secondary" not in results and "Seeds recorded: 5 of 6" in table
+    assert json.loads((tmp_path / "confirm" / "results.json").read_text()).keys() == results.keys()
