@@ -158,7 +158,8 @@ def seed_minutes(cfg: ConfirmatoryConfig, seed: int, rates: dict[str, float]) ->
         steps = min(config.train.steps, cfg.max_steps or config.train.steps)  # a dry run's are cut
         run_minutes = (start_up + steps * step_seconds) / 60
         minutes += run_minutes
-        trainings = 1 + len(config.finetune.sweep_lrs) if arm and arm.name not in rates else 1
+        # The tuning seed runs its pre-training once and each arm not yet tuned once per rate and once more.
+        trainings = (0 if arm.name in rates else 1 + len(config.finetune.sweep_lrs)) if arm else 1
         tuning += trainings * run_minutes
         lines.append(f"{run.name}: {start_up:.0f} s to start, {1000 * step_seconds:.1f} ms a step: "
                      f"{steps:,} steps in {run_minutes:.1f} min")
