@@ -14,14 +14,13 @@ from pathlib import Path
 
 from mpp.command_line import run_recipe
 from mpp.config.runs import FewShotRunConfig
-from mpp.recipes.few_shot_run import evaluate_few_shot
 
 DEFAULT_PRESET = Path(__file__).parents[1] / "recipes" / "configs" / "eval_tiny_cpu.yaml"
 
 
 def cli() -> None:
     """The command line; what each process runs under `accelerate launch --tpu --main_training_function cli`."""
-    run_recipe(evaluate_few_shot, FewShotRunConfig, DEFAULT_PRESET, description=__doc__)
+    run_recipe("mpp.recipes.few_shot_run:evaluate_few_shot", FewShotRunConfig, DEFAULT_PRESET, description=__doc__)
 
 
 if __name__ == "__main__":

@@ -17,14 +17,13 @@ from pathlib import Path
 
 from mpp.command_line import run_recipe
 from mpp.config.runs import InspectionRunConfig
-from mpp.recipes.inspection_run import inspect_frozen_encoder
 
 DEFAULT_PRESET = Path(__file__).parents[1] / "recipes" / "configs" / "eval_tiny_cpu.yaml"
 
 
 def cli() -> None:
     """The command line; what each process runs under `accelerate launch --tpu --main_training_function cli`."""
-    run_recipe(inspect_frozen_encoder, InspectionRunConfig, DEFAULT_PRESET, description=__doc__)
+    run_recipe("mpp.recipes.inspection_run:inspect_frozen_encoder", InspectionRunConfig, DEFAULT_PRESET, description=__doc__)
 
 
 if __name__ == "__main__":

@@ -13,14 +13,13 @@ from pathlib import Path
 
 from mpp.command_line import run_recipe
 from mpp.config.runs import LinearProbeRunConfig
-from mpp.recipes.linear_probe_run import evaluate_linear_probe
 
 DEFAULT_PRESET = Path(__file__).parents[1] / "recipes" / "configs" / "eval_tiny_cpu.yaml"
 
 
 def cli() -> None:
     """The command line; what each process runs under `accelerate launch --tpu --main_training_function cli`."""
-    run_recipe(evaluate_linear_probe, LinearProbeRunConfig, DEFAULT_PRESET, description=__doc__)
+    run_recipe("mpp.recipes.linear_probe_run:evaluate_linear_probe", LinearProbeRunConfig, DEFAULT_PRESET, description=__doc__)
 
 
 if __name__ == "__main__":

@@ -21,14 +21,13 @@ sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(
 
 from mpp.command_line import run_recipe
 from mpp.config.runs import FinetuneRunConfig
-from mpp.recipes.finetune_run import fine_tune
 
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "finetune_tiny_cpu.yaml"
 
 
 def cli() -> None:
     """The command line; what each process runs under `accelerate launch --tpu --main_training_function cli`."""
-    run_recipe(fine_tune, FinetuneRunConfig, DEFAULT_PRESET, description=__doc__)
+    run_recipe("mpp.recipes.finetune_run:fine_tune", FinetuneRunConfig, DEFAULT_PRESET, description=__doc__)
 
 
 if __name__ == "__main__":

@@ -16,14 +16,13 @@ sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(
 
 from mpp.command_line import run_recipe
 from mpp.config.runs import MPPRunConfig
-from mpp.recipes.mpp_run import pretrain_mpp
 
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "mpp_tiny_cpu.yaml"
 
 
 def cli() -> None:
     """The command line; what each process runs under `accelerate launch --tpu --main_training_function cli`."""
-    run_recipe(pretrain_mpp, MPPRunConfig, DEFAULT_PRESET, description=__doc__)
+    run_recipe("mpp.recipes.mpp_run:pretrain_mpp", MPPRunConfig, DEFAULT_PRESET, description=__doc__)
 
 
 if __name__ == "__main__":

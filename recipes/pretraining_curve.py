@@ -16,13 +16,14 @@ sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(
 
 from mpp.command_line import run_recipe
 from mpp.experiments.config import PretrainingCurveConfig
-from mpp.experiments.curve import pretraining_curve
-from mpp.run.session import configure_logging
 
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "curve_fashion_mnist_cpu.yaml"
 
 
 def main(cfg: PretrainingCurveConfig) -> None:
+    from mpp.experiments.curve import pretraining_curve  # with torch, once the config is valid
+    from mpp.run.session import configure_logging
+
     configure_logging()
     pretraining_curve(cfg, Path(__file__).resolve().parents[1])  # the repository whose recipes it runs
 

@@ -19,13 +19,14 @@ sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(
 
 from mpp.command_line import run_recipe
 from mpp.experiments.config import ReproductionConfig
-from mpp.experiments.reproduction import reproduce
-from mpp.run.session import configure_logging
 
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "reproduce_fashion_mnist_cpu.yaml"
 
 
 def main(cfg: ReproductionConfig) -> None:
+    from mpp.experiments.reproduction import reproduce  # with torch, once the config is valid
+    from mpp.run.session import configure_logging
+
     configure_logging()
     reproduce(cfg, Path(__file__).resolve().parents[1])  # the repository whose recipes it runs
 

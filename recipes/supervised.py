@@ -17,14 +17,13 @@ sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(
 
 from mpp.command_line import run_recipe
 from mpp.config.runs import SupervisedRunConfig
-from mpp.recipes.supervised_run import pretrain_supervised
 
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "supervised_tiny_cpu.yaml"
 
 
 def cli() -> None:
     """The command line; what each process runs under `accelerate launch --tpu --main_training_function cli`."""
-    run_recipe(pretrain_supervised, SupervisedRunConfig, DEFAULT_PRESET, description=__doc__)
+    run_recipe("mpp.recipes.supervised_run:pretrain_supervised", SupervisedRunConfig, DEFAULT_PRESET, description=__doc__)
 
 
 if __name__ == "__main__":

@@ -76,7 +76,6 @@ def test_unknown_key_is_an_error_that_lists_the_valid_ones(tmp_path):
         ("model.img_size=30", "not divisible by model.patch_size"),
         ("train.betas=[0.9]", "must have 2 items"),
         ("train.collective_timeout_s=0", "train.collective_timeout_s=0 must be at least 1"),
-        ("train.log_with=[tensorboard,weights]", "names weights, which accelerate does not track with; choose from"),
         ("train.log_with=wandb", r"must be a list, e.g. train.log_with=\[wandb\]"),
         ("steps", "not of the form key=value"),
         ("train.epochs=10", r"give one of train.steps=1000000 and train.epochs=10.0, and set the other to null"),
@@ -171,6 +170,8 @@ def test_trackers_add_to_tensorboard_and_a_missing_package_is_named(monkeypatch)
     monkeypatch.setattr(accelerate.utils, "is_wandb_available", lambda: False)
     with pytest.raises(ConfigError, match="log_with names wandb, whose package is not installed: pip install wandb"):
         trackers(build_config(MPPRunConfig, overrides=["train.log_with=[mlflow,wandb]"]).train)
+    with pytest.raises(ConfigError, match="names weights, which accelerate does not track with; choose from"):
+        trackers(build_config(MPPRunConfig, overrides=["train.log_with=[tensorboard,weights]"]).train)
 
 
 @pytest.mark.parametrize("cls", [MPPRunConfig, SupervisedRunConfig, FinetuneRunConfig, FewShotRunConfig,
@@ -248,3 +249,23 @@ def test_print_config_prints_the_resolved_config_and_builds_nothing(capsys, tmp_
                                                                        "train.steps=5"]))
     assert printed["train"]["steps"] == 5 and printed["model"]["embed_dim"] == 64  # the preset's, then the override
     assert not (tmp_path / "run").exists()
+
+
+ENTRY_POINTS = sorted([*(Path(__file__).parents[1] / "recipes").glob("*.py"),
+                       *(Path(__file__).parents[1] / "eval").glob("*.py")])
+
+
+@pytest.mark.parametrize("script", ENTRY_POINTS, ids=[f"{p.parent.name}/{p.name}" for p in ENTRY_POINTS])
+def test_help_print_config_and_a_mistyped_key_answer_without_importing_torch(script):
+    # torch, timm and accelerate take seconds to import; a question about the config must not wait for them
+    import subprocess
+    import sys
+
+    for args, code in ((["--help"], 0), (["--print-config"], 0), (["trian.steps=3"], 1)):
+        ended = subprocess.run([sys.executable, "-X", "importtime", str(script), *args], capture_output=True,
+                               text=True, timeout=120)
+        assert ended.returncode == code, ended.stderr[-2000:]
+        imported = {line.split("|")[-1].strip().split(".")[0] for line in ended.stderr.splitlines()
+                    if line.startswith("import time:")}
+        assert not imported & {"torch", "timm", "accelerate"}, (args, imported & {"torch", "timm", "accelerate"})
+    assert "unknown config key 'trian.steps'" in ended.stderr

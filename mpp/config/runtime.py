@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from accelerate.tracking import LOGGER_TYPE_TO_CLASS
-
 from mpp.errors import ConfigError
 
 
@@ -32,7 +30,3 @@ class RuntimeConfig:
     def __post_init__(self) -> None:
         if self.collective_timeout_s < 1:
             raise ConfigError(f"{self.section}.collective_timeout_s={self.collective_timeout_s} must be at least 1")
-        unknown = [name for name in self.log_with if name not in LOGGER_TYPE_TO_CLASS]
-        if unknown:
-            raise ConfigError(f"{self.section}.log_with names {', '.join(unknown)}, which accelerate does not track "
-                              f"with; choose from {', '.join(LOGGER_TYPE_TO_CLASS)}")

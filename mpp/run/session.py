@@ -21,6 +21,7 @@ from typing import Any, Optional
 import accelerate.utils
 import torch
 from accelerate import Accelerator, PartialState
+from accelerate.tracking import LOGGER_TYPE_TO_CLASS
 from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, parse_flag_from_env, set_seed
 
 from mpp.config.runtime import RuntimeConfig
@@ -62,9 +63,14 @@ def create_accelerator(runtime: RuntimeConfig, seed: int, output_dir: str) -> Ac
 
 
 def trackers(runtime: RuntimeConfig) -> list[str]:
-    """TensorBoard and the trackers ``log_with`` adds, each of which must have its package installed (accelerate
-    would drop a missing one without a word)."""
+    """TensorBoard and the trackers ``log_with`` adds, each one accelerate knows and whose package is installed
+    (accelerate would drop a missing one without a word). Checked here, not in the config, so that reading a config
+    never imports accelerate (``--help`` and a mistyped key answer in a second)."""
     names = list(dict.fromkeys(["tensorboard", *runtime.log_with]))
+    unknown = [name for name in names if name not in LOGGER_TYPE_TO_CLASS]
+    if unknown:
+        raise ConfigError(f"{runtime.section}.log_with names {', '.join(unknown)}, which accelerate does not track "
+                          f"with; choose from {', '.join(LOGGER_TYPE_TO_CLASS)}")
     missing = [name for name in names if not getattr(accelerate.utils, f"is_{name}_available")()]
     if missing:
         raise ConfigError(f"{runtime.section}.log_with names {', '.join(missing)}, whose package is not installed: "
