@@ -269,3 +269,18 @@ def test_help_print_config_and_a_mistyped_key_answer_without_importing_torch(scr
                     if line.startswith("import time:")}
         assert not imported & {"torch", "timm", "accelerate"}, (args, imported & {"torch", "timm", "accelerate"})
     assert "unknown config key 'trian.steps'" in ended.stderr
+
+
+@pytest.mark.parametrize("cls", [FinetuneRunConfig, KnnRunConfig])
+def test_a_presets_architecture_gives_way_to_an_init_folder_and_the_users_own_settings_stay(cls, tmp_path):
+    preset = tmp_path / "preset.yaml"
+    preset.write_text("model: {name: vit_tiny_patch16_224, img_size: 32, patch_size: 4, embed_dim: 64, depth: 4}\n")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "weights.safetensors").write_bytes(b"")
+    for init in (tmp_path / "run", f"random:{tmp_path / 'run'}", f"local-dir:{tmp_path / 'run'}"):
+        model = build_config(cls, preset, [f"init={init}", "model.embed_dim=48"]).model
+        assert (model.patch_size, model.depth, model.name) == (None, None, "vit_base_patch16_224")  # the folder's
+        assert model.embed_dim == 48 and model.img_size == 32  # given by the user; the resolution may change
+    kept = build_config(cls, preset, [f"init={tmp_path / 'weights.safetensors'}"]).model  # records no architecture
+    assert (kept.patch_size, kept.depth, kept.embed_dim) == (4, 4, 64)
+    assert build_config(cls, preset).model.depth == 4

@@ -81,11 +81,16 @@ def _settings(cls: type, preset: Optional[str | Path], overrides: typing.Sequenc
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping of keys to values")
         values.update(_flatten(loaded))
+    given = {}
     for override in overrides:
         key, sep, value = override.partition("=")
         if not sep or not key:
             raise ConfigError(f"override {override!r} is not of the form key=value (e.g. train.steps=100)")
-        values[key.strip()] = value
+        given[key.strip()] = value
+    values.update(given)
+    if hasattr(cls, "preset_keys_giving_way"):  # e.g. a preset's model sizes, where init names a run to fine-tune
+        for key in set(cls.preset_keys_giving_way(values)) - set(given):
+            values.pop(key, None)
     unknown = [key for key in values if key not in config_keys(cls)]
     if unknown:
         raise ConfigError(_unknown_keys_message(unknown, config_keys(cls)))

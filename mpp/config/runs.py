@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from pathlib import Path
+from typing import Any, ClassVar
 
 from mpp.config.data import DataConfig
 from mpp.config.evaluation import EvaluationConfig, FewShotConfig, InspectionConfig, KnnConfig, LinearProbeConfig
@@ -58,8 +59,25 @@ class SupervisedRunConfig(TrainingRunConfig):
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
 
 
+class EncoderFromInit:
+    """A run whose encoder may come from ``init``. A folder there (a run, its export, a timm folder, or ``random:``
+    one) records the encoder's architecture, so a preset's architecture keys give way to it; one given on the command
+    line (or in the Python call) stays, and is refused if the folder's encoder differs. A bare weights file records no
+    architecture: the preset's keys describe it."""
+
+    ARCHITECTURE_KEYS: ClassVar[tuple[str, ...]] = (
+        "model.name", "model.patch_size", "model.embed_dim", "model.depth", "model.num_heads", "model.in_chans")
+
+    @classmethod
+    def preset_keys_giving_way(cls, settings: dict[str, Any]) -> tuple[str, ...]:
+        """The preset's keys that ``settings`` (the dotted keys preset and overrides set) make void."""
+        init = str(settings.get("init") or "")
+        folder = Path(init.removeprefix("random:").removeprefix("local-dir:"))
+        return cls.ARCHITECTURE_KEYS if init and folder.is_dir() else ()
+
+
 @dataclass
-class FinetuneRunConfig(TrainingRunConfig):
+class FinetuneRunConfig(EncoderFromInit, TrainingRunConfig):
     """Everything one fine-tuning run needs (recipes/finetune.py)."""
 
     RESUME_MUST_MATCH: ClassVar[tuple[str, ...]] = ("init", "model", "classifier", "finetune")
@@ -75,7 +93,7 @@ class FinetuneRunConfig(TrainingRunConfig):
 
 
 @dataclass
-class EvaluationRunConfig(RunConfig):
+class EvaluationRunConfig(EncoderFromInit, RunConfig):
     """What every evaluation of a frozen encoder needs (eval/)."""
 
     # The encoder: a run directory or its export/ folder (recipes/mpp.py, supervised.py, finetune.py),

@@ -119,11 +119,13 @@ def fine_tuning_model_config(cfg: ModelConfig, pretrained: Optional[PretrainedEn
     if pretrained is None or pretrained.architecture is None:
         return cfg
     args = pretrained.model_args
+    # A preset's sizes gave way to the folder's (EncoderFromInit): what is left here was given by the user.
     conflicts = [f"model.{name}={getattr(cfg, name)} (the encoder has {args.get(name)})" for name in SIZE_FIELDS
                  if getattr(cfg, name) is not None and args.get(name) is not None and getattr(cfg, name) != args[name]]
     if conflicts:
-        raise ConfigError(f"{', '.join(conflicts)}: init={pretrained.location} fixes the architecture; drop these "
-                          "settings (model.img_size alone may change)")
+        raise ConfigError(f"you set {', '.join(conflicts)}, but init={pretrained.location} fixes the architecture; "
+                          f"drop {'these settings' if len(conflicts) > 1 else 'that setting'} (model.img_size alone "
+                          "may change)")
     img_size = args.get("img_size")
     return dataclasses.replace(
         cfg,

@@ -93,7 +93,7 @@ def test_weights_that_do_not_fit_are_refused_with_the_shapes_that_differ(tiny_mo
 def test_a_folder_fixes_the_architecture_and_its_normalisation(tiny_model_config, tmp_path):
     export_encoder(create_encoder(tiny_model_config), tmp_path / "export", (0.4,) * 3, (0.2,) * 3, tag="mpp")
     pretrained = read_pretrained(f"local-dir:{tmp_path / 'export'}")
-    with pytest.raises(ConfigError, match="model.depth=3 \\(the encoder has 2\\).*fixes the architecture"):
+    with pytest.raises(ConfigError, match="you set model.depth=3 \\(the encoder has 2\\).*fixes the architecture"):
         fine_tuning_model_config(dataclasses.replace(tiny_model_config, depth=3), pretrained)
     assert input_normalisation(pretrained, (0.5,) * 3, (0.5,) * 3) == ((0.4,) * 3, (0.2,) * 3)
     assert input_normalisation(None, (0.5,) * 3, (0.5,) * 3) == ((0.5,) * 3, (0.5,) * 3)
@@ -135,8 +135,8 @@ def test_init_random_builds_the_runs_encoder_with_fresh_seeded_weights(tiny_mode
 def test_init_random_refuses_settings_that_contradict_the_run_and_a_bare_weights_file(tiny_model_config, tmp_path):
     export_encoder(create_encoder(tiny_model_config), tmp_path / "export", (0.5,) * 3, (0.5,) * 3, tag="mpp")
     pretrained = read_pretrained(f"random:{tmp_path}")
-    with pytest.raises(ConfigError, match=r"^model.depth=3 \(the encoder has 2\): init=random:\S+ fixes the "
-                                          r"architecture; drop these settings"):
+    with pytest.raises(ConfigError, match=r"^you set model.depth=3 \(the encoder has 2\), but init=random:\S+ fixes "
+                                          r"the architecture; drop that setting"):
         fine_tuning_model_config(dataclasses.replace(tiny_model_config, depth=3), pretrained)
     save_file(create_encoder(tiny_model_config).state_dict(), tmp_path / "model.safetensors")
     with pytest.raises(ConfigError, match="does not record its architecture; pass init=random:<run directory>"):

@@ -150,8 +150,14 @@ def test_the_inspection_command_writes_every_picture_it_promises(tmp_path, mpp_r
 def test_an_init_that_does_not_fit_is_refused_before_anything_is_written(tmp_path, mpp_run):
     result = launch(f"output_dir={tmp_path / 'run'}", f"init={mpp_run}", *ENCODER[:1], "model.patch_size=8",
                     script=EVAL / "few_shot.py", check=False)
-    assert result.returncode != 0 and "model.patch_size=8" in result.stderr
+    assert result.returncode != 0 and "you set model.patch_size=8 (the encoder has 4)" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_an_init_run_sets_the_architecture_over_the_presets(tmp_path, mpp_run):
+    # eval_tiny_cpu.yaml's encoder is 4 blocks of width 64; the run's, 2 of 32: the run's is the one evaluated
+    launch(f"output_dir={tmp_path / 'run'}", f"init={mpp_run}", *DATA, "knn.k=5", script=EVAL / "knn.py")
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["init"] == str(mpp_run)
 
 
 def test_the_raw_pixel_baseline_reads_the_normalised_images_and_refuses_an_encoder(tmp_path, mpp_run):
