@@ -6,14 +6,14 @@ one way, each layer using only those before it (tests/test_architecture.py holds
     config  ->  run  ->  data, models  ->  training, evaluation  ->  command_line, experiments, recipes  ->  benchmark
 
 From Python, in the calling process (mpp/recipes/python_api.py): ``mpp.pretrain``, ``mpp.finetune``,
-``mpp.evaluate``, each returning a ``mpp.RunResult``.
+``mpp.evaluate``, each returning a ``mpp.RunResult``; ``mpp.compare``, those runs over seeds on your own images.
 """
 
 from importlib.metadata import version
 from typing import Any
 
 __version__ = version("mpp")  # pyproject.toml's project.version, the one place the version is written
-PYTHON_API = ("pretrain", "finetune", "evaluate", "RunResult")
+PYTHON_API = ("pretrain", "finetune", "evaluate", "compare", "RunResult")
 
 
 def __getattr__(name: str) -> Any:

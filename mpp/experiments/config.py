@@ -177,3 +177,36 @@ class PretrainingCurveConfig(ExperimentConfig):
             raise ConfigError(f"epochs={list(self.epochs)} reads checkpoints after {self.epochs[-1]} epochs of MPP "
                               f"runs of pretraining_epochs={self.pretraining_epochs}: set pretraining_epochs to "
                               f"{self.epochs[-1]} or more, or read shorter lengths")
+
+
+@dataclass
+class ComparisonConfig(ExperimentConfig):
+    """recipes/compare.py: what MPP pre-training buys on your own images, over seeds. Each seed pre-trains on
+    ``unlabelled``, then reads the encoder, the same encoder at fresh random weights (``init=random:<run>``) and the raw
+    pixels on ``labelled``: fine-tuned (the two encoders), by a linear probe and by kNN (all three)."""
+
+    output_dir: str = "runs/comparison"  # one folder per run inside, then results.md and results.json
+    unlabelled: str = ""  # the images to pre-train on, as data.source: e.g. hf:/data/my-images-64px (required)
+    labelled: str = ""  # the labelled images, as data.source, with a train and a test split (required)
+    mpp_preset: str = "recipes/configs/mpp_own_images_cpu.yaml"
+    finetune_preset: str = "recipes/configs/finetune_own_images_cpu.yaml"
+    eval_preset: str = "recipes/configs/eval_own_images_cpu.yaml"  # the linear probe's and kNN's
+    finetune: tuple[str, ...] = ()  # every fine-tuning (train.*, finetune.*)
+    knn: tuple[str, ...] = ()  # every kNN fit (knn.*), beside ``linear_probe``'s
+
+    def presets(self) -> tuple[str, ...]:
+        return ("mpp_preset", "finetune_preset", "eval_preset")
+
+    def check_images(self) -> None:
+        """Refuses a comparison without its images (checked when it starts: the config's defaults have none)."""
+        missing = [name for name in ("unlabelled", "labelled") if not getattr(self, name)]
+        if missing:
+            raise ConfigError(f"{' and '.join(missing)} must name your images as data.source does, e.g. "
+                              "unlabelled=hf:/data/my-images-64px labelled=hf:/data/labelled-64px (docs/own-images.md "
+                              "prepares them)")
+
+    def __post_init__(self) -> None:
+        if self.few_shot:
+            raise ConfigError("few_shot: the comparison reads no few-shot regression (eval/few_shot.py runs it "
+                              "alone); leave few_shot empty")
+        super().__post_init__()

@@ -1,4 +1,5 @@
-"""The recipes called from Python, in the calling process: ``mpp.pretrain``, ``mpp.finetune``, ``mpp.evaluate``.
+"""The recipes called from Python, in the calling process: ``mpp.pretrain``, ``mpp.finetune``, ``mpp.evaluate``; and
+``mpp.compare``, which runs them over seeds in subprocesses.
 
     import mpp
     pre = mpp.pretrain(data="folder:/data/images", output_dir="runs/pre", train={"steps": 500})
@@ -34,6 +35,8 @@ from mpp.config.runs import (
     SupervisedRunConfig,
 )
 from mpp.errors import ConfigError, RunFinished
+from mpp.experiments.comparison import compare as run_comparison
+from mpp.experiments.config import ComparisonConfig
 from mpp.private_apis import forget_accelerate_state, leave_process_group_to_launcher
 from mpp.recipes.few_shot_run import evaluate_few_shot
 from mpp.recipes.finetune_run import fine_tune
@@ -65,6 +68,7 @@ PRE_TRAINING = {
 }
 FINE_TUNING = Recipe(fine_tune, FinetuneRunConfig, CHECKOUT / "recipes/configs/finetune_tiny_cpu.yaml")
 EVALUATION_PRESET = CHECKOUT / "recipes/configs/eval_tiny_cpu.yaml"  # every eval/ script's
+COMPARISON_PRESET = CHECKOUT / "recipes/configs/compare_own_images_cpu.yaml"  # recipes/compare.py's
 EVALUATIONS = {
     "linear_probe": Recipe(evaluate_linear_probe, LinearProbeRunConfig, EVALUATION_PRESET),
     "knn": Recipe(evaluate_knn, KnnRunConfig, EVALUATION_PRESET),
@@ -128,6 +132,28 @@ def evaluate(init: Optional[str | Path] = None, data: Optional[str | dict[str, A
         The run's metrics (e.g. ``metrics["linear_probe"]["test_accuracy"]``) and directory.
     """
     return _run(_pick(EVALUATIONS, protocol, "protocol"), config, _common(data, output_dir, overrides, init=init))
+
+
+def compare(unlabelled: str, labelled: str, output_dir: Optional[str | Path] = None, *,
+            config: Optional[str | Path] = None, **overrides: Any) -> dict[str, Any]:
+    """What MPP pre-training buys on your images, over seeds, as ``recipes/compare.py`` measures it: per seed an MPP run
+    on ``unlabelled``, then that encoder, the same encoder at fresh random weights and the raw pixels read on
+    ``labelled`` by fine-tuning, a linear probe and kNN. The runs go to subprocesses; calling it again continues.
+
+    Args:
+        unlabelled: the images to pre-train on, as ``data.source`` (``"hf:/data/my-images-64px"``).
+        labelled: the labelled images, with a train and a test split, as ``data.source``.
+        output_dir: where the runs, results.md and results.json go; None: the preset's (``runs/comparison``).
+        config: a preset, as for ``pretrain``; None: compare_own_images_cpu.
+        overrides: the comparison's keys: ``seeds=[0, 1, 2, 3, 4]``, ``mpp=["train.epochs=200"]``.
+
+    Returns:
+        results.json's contents: ``protocols`` (each arm's accuracy and balanced accuracy per seed, the floors) and
+        ``table``, the tables results.md holds.
+    """
+    cfg = build_config(ComparisonConfig, preset_path(config, COMPARISON_PRESET), override_arguments(
+        _common(None, output_dir, overrides, unlabelled=unlabelled, labelled=labelled)))
+    return run_comparison(cfg, CHECKOUT)
 
 
 def preset_path(config: Optional[str | Path], default: Path) -> Path:

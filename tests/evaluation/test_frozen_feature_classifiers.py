@@ -11,6 +11,7 @@ from mpp.config.evaluation import FewShotConfig, LinearProbeConfig
 from mpp.data.subsets import disjoint_per_class
 from mpp.evaluation.few_shot_regression import few_shot_evaluation, ridge_scores
 from mpp.evaluation.frozen_feature_classifiers import accuracy, knn_predictions, ridge_predictions, ridge_regressions
+from mpp.evaluation import logistic_regression
 from mpp.evaluation.logistic_regression import linear_probe_evaluation
 
 
@@ -79,6 +80,26 @@ def test_the_linear_probe_separates_separable_features_and_stays_at_chance_on_ra
     labels = torch.randint(0, 4, (2, 1000), generator=generator)
     result = linear_probe_evaluation((features[0], labels[0]), (features[1], labels[1]), 4, cfg, seed=0)
     assert abs(result["test_accuracy"] - 0.25) < 0.06
+
+
+def test_a_small_probe_fits_on_one_thread_and_gives_the_process_its_threads_back(monkeypatch):
+    fitted_on = []
+    fit = logistic_regression.train_linear_probe
+    monkeypatch.setattr(logistic_regression, "train_linear_probe",
+                        lambda *args: fitted_on.append(torch.get_num_threads()) or fit(*args))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        linear_probe_evaluation(separable(40, seed=0), separable(40, seed=1), 4, LinearProbeConfig(l2_grid=(0.0, 1e-3)),
+                                seed=0)
+        assert fitted_on == [1, 1, 1] and torch.get_num_threads() == 2  # the grid's two fits and the final one
+        monkeypatch.setattr(logistic_regression, "ONE_THREAD_BELOW", 10)  # a large fit keeps every thread
+        fitted_on.clear()
+        linear_probe_evaluation(separable(40, seed=0), separable(40, seed=1), 4, LinearProbeConfig(l2_grid=(0.0,)),
+                                seed=0)
+        assert fitted_on == [2, 2]
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_the_penalty_is_the_one_best_on_the_holdout_slice():

@@ -1,0 +1,106 @@
+"""The comparison over seeds on a user's own images (recipes/compare.py, ``mpp.compare``): its plan, its tables, and
+the whole command at toy size on folders of images made here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import mpp
+from mpp.config.building import build_config
+from mpp.errors import ConfigError
+from mpp.experiments.comparison import compare, plan_runs, results_table
+from mpp.experiments.config import ComparisonConfig
+from mpp.recipes import python_api
+from tests.launching import ROOT
+from tests.recipes.test_own_images import write_images
+
+PRESET = ROOT / "recipes" / "configs" / "compare_own_images_cpu.yaml"
+IMAGES = ["unlabelled=hf:/data/images", "labelled=hf:/data/labelled"]
+
+
+def test_each_seed_pre_trains_once_and_reads_its_encoder_random_weights_and_pixels_after_it(tmp_path):
+    cfg = build_config(ComparisonConfig, PRESET, [*IMAGES, f"output_dir={tmp_path}", "seeds=[3,4]"])
+    runs = {run.name: run for run in plan_runs(cfg, ROOT)}
+    assert sorted(runs) == sorted(f"{stage}-seed{seed}" for seed in (3, 4) for stage in (
+        "pretrain/mpp", "finetune/mpp", "finetune/random", "linear_probe/mpp", "linear_probe/random",
+        "linear_probe/pixels", "knn/mpp", "knn/random", "knn/pixels"))
+    pretraining = runs["pretrain/mpp-seed3"]
+    assert "data.source=hf:/data/images" in pretraining.command and "seed=3" in pretraining.command
+    assert str(ROOT / "recipes" / "mpp.py") in pretraining.command
+    for name, source in (("finetune/mpp", f"init={tmp_path}/pretrain/mpp-seed3"),
+                         ("finetune/random", f"init=random:{tmp_path}/pretrain/mpp-seed3"),
+                         ("knn/pixels", "eval.features=pixels")):
+        run = runs[f"{name}-seed3"]
+        assert source in run.command and "data.source=hf:/data/labelled" in run.command
+        assert run.after == (None if name == "knn/pixels" else "pretrain/mpp-seed3")
+
+
+def test_the_images_are_required_and_few_shot_is_refused_by_name(tmp_path):
+    with pytest.raises(ConfigError, match="^unlabelled and labelled must name your images as data.source does"):
+        compare(build_config(ComparisonConfig, PRESET, [f"output_dir={tmp_path}"]), ROOT)
+    assert not any(tmp_path.iterdir())  # refused before anything was written
+    with pytest.raises(ConfigError, match="^few_shot: the comparison reads no few-shot regression"):
+        build_config(ComparisonConfig, PRESET, [*IMAGES, "few_shot=[few_shot.seeds=2]"])
+
+
+def test_the_python_call_builds_the_config_the_command_line_does(tmp_path, monkeypatch):
+    called = {}
+    monkeypatch.setattr(python_api, "run_comparison", lambda cfg, repository: called.update(cfg=cfg, repo=repository))
+    mpp.compare("hf:/data/images", "hf:/data/labelled", tmp_path, seeds=[0, 1], mpp=["train.epochs=200"])
+    assert called["cfg"] == build_config(ComparisonConfig, PRESET, [*IMAGES, f"output_dir={tmp_path}", "seeds=[0,1]",
+                                                                     "mpp=[train.epochs=200]"])
+    assert called["repo"] == ROOT
+
+
+def test_the_tables_give_each_arm_the_paired_differences_and_the_floors():
+    def arm(*values: float) -> dict[str, list[float]]:
+        return {"accuracy": list(values), "balanced_accuracy": list(values)}
+
+    floors = {"majority_class_accuracy": 0.4, "chance_balanced_accuracy": 1 / 3}
+    results = {"seeds": [0, 1, 2], "protocols": {
+        "finetune": {"mpp": arm(0.6, 0.7, 0.65), "random": arm(0.5, 0.55, 0.5), "floors": floors},
+        "linear_probe": {"mpp": arm(0.5, 0.5, 0.6), "random": arm(0.5, 0.5, 0.5), "pixels": arm(0.4, 0.4, 0.4),
+                         "floors": floors},
+        "knn": {"mpp": arm(0.5, 0.6, 0.7), "random": arm(0.5, 0.6, 0.7), "pixels": arm(0.3, 0.3, 0.3),
+                "floors": floors}}}
+    table = results_table(results)
+    assert "| Fine-tuned | 65.0 ± 5.0 | 51.7 ± 2.9 | — | 40.0 |" in table  # accuracy: the largest class's floor
+    assert "| Fine-tuned | 65.0 ± 5.0 | 51.7 ± 2.9 | — | 33.3 |" in table  # balanced: chance
+    assert "| MPP pre-trained - random weights | +13.3 [+6.2, +20.5], shown (p 0.015) | +3.3 [-11.0, +17.7], " in table
+    assert "| MPP pre-trained - raw pixels | — | +13.3 [-1.0, +27.7], not shown (p 0.057; " in table
+    assert table.count("These tables read 4 comparisons") == 2  # one family per measure; kNN's 0 difference: no p
+
+
+@pytest.mark.slow
+def test_the_comparison_runs_end_to_end_on_folders_of_images_and_continues_without_rerunning(tmp_path):
+    write_images(tmp_path / "images", 32, {"all": (200, 60, 40)})
+    for split, count in (("train", 16), ("val", 8)):
+        write_images(tmp_path / "labelled" / split, count, {"circles": (30, 90, 200), "leaves": (40, 160, 60)})
+    subprocess.run([sys.executable, "-m", "mpp.data.prepare", f"folder:{tmp_path / 'labelled' / 'train'}",
+                    str(tmp_path / "labelled-prepared"), f"eval_folder={tmp_path / 'labelled' / 'val'}", "--splits",
+                    "train", "test", "--short-side", "40"], check=True, cwd=ROOT, capture_output=True)
+    schedule = "train.epochs=2,train.warmup_epochs=0.5,train.global_batch_size=16,train.log_every=2"
+    command = [sys.executable, str(ROOT / "recipes" / "compare.py"), f"unlabelled=folder:{tmp_path / 'images'}",
+               f"labelled=hf:{tmp_path / 'labelled-prepared'}", f"output_dir={tmp_path / 'comparison'}",
+               "seeds=[0,1]", "encoder=[model.img_size=16,model.patch_size=4,model.embed_dim=32,model.depth=2]",
+               f"mpp=[{schedule},train.checkpoint_every=4,monitor.mosaic_every=0]", f"finetune=[{schedule}]",
+               "knn=[knn.k=5]"]
+    ended = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert ended.returncode == 0, ended.stderr[-3000:]
+    results = json.loads((tmp_path / "comparison" / "results.json").read_text())
+    assert results["runs"] == 18 and results["seeds"] == [0, 1]
+    for protocol, arms in (("finetune", {"mpp", "random"}), ("linear_probe", {"mpp", "random", "pixels"}),
+                           ("knn", {"mpp", "random", "pixels"})):
+        scores = results["protocols"][protocol]
+        assert set(scores) == arms | {"floors"}
+        assert all(len(scores[arm]["accuracy"]) == 2 and all(0 <= value <= 1 for value in scores[arm]["accuracy"])
+                   for arm in arms)
+        assert scores["floors"] == {"majority_class_accuracy": 0.5, "chance_balanced_accuracy": 0.5}  # 8 val each
+    table = (tmp_path / "comparison" / "results.md").read_text()
+    assert "MPP pre-trained - random weights" in table and "18 runs, 2 at a time" in table
+    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "18 runs, 18 already finished" in again.stderr
