@@ -20,8 +20,8 @@ LAYERS = (
     ("mpp.run",),  # what every run has: its accelerator, its directory, its start and end
     ("mpp.data", "mpp.models"),  # images in; the ViT and its objectives
     ("mpp.training", "mpp.evaluation"),  # the training loop; frozen-encoder protocols and pictures
-    ("mpp.command_line", "mpp.experiments", "mpp.recipes"),
-    # what entry points share; experiments over the recipes; each recipe's run, and the recipes called from Python
+    ("mpp.command_line", "mpp.experiments"),  # what entry points share; experiments over the recipes (subprocesses)
+    ("mpp.recipes",),  # each recipe's run, and the recipes and comparisons called from Python
     ("mpp.benchmark",),  # tools beside the library: nothing imports them
 )
 

@@ -33,7 +33,7 @@ import yaml
 from mpp.benchmark.training_step import measure_interleaved
 from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig, SupervisedRunConfig
 from mpp.config.building import build_config
-from mpp.experiments.config import PretrainingCurveConfig, ReproductionConfig
+from mpp.experiments.config import ComparisonConfig, PretrainingCurveConfig, ReproductionConfig
 from mpp.experiments.reproduction_tables import headline
 from mpp.models.encoder import count_parameters, create_encoder
 from mpp.run.directory import write_whole
@@ -129,7 +129,8 @@ def preset_row(preset: Path, max_tokens: int, estimate_batch: int, repeats: int,
                      step_time, peak, header_field(text, "Reaches"))
 
 
-EXPERIMENTS = {"reproduce": ReproductionConfig, "curve": PretrainingCurveConfig}  # presets of whole experiments
+EXPERIMENTS = {"reproduce": ReproductionConfig, "curve": PretrainingCurveConfig,
+               "compare": ComparisonConfig}  # presets of whole experiments
 
 
 def is_experiment(preset: Path) -> bool:
@@ -169,7 +170,8 @@ def experiment_row(preset: Path, published: Path = Path("results")) -> str:
 
 
 def page(rows: list[PresetRow], reproductions: list[str], command: str) -> str:
-    machine = f"a {os.cpu_count()}-core CPU ({torch.get_num_threads()} threads)"
+    machine = (f"a {os.cpu_count()}-core CPU ({torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.1f} "
+               "as the page was written)")
     table = "\n".join(f"| `{row.name}` | {row.purpose} | {row.encoder} | {row.parameters} | {row.image} | {row.steps} "
                       f"| {row.data} | {row.step_time} | {row.peak_memory} | {row.reaches} |" for row in rows)
     return f"""# Presets
@@ -193,8 +195,11 @@ at.
 
 `python recipes/reproduce.py --config recipes/configs/reproduce_<preset>` runs a grid of the presets above over
 seeds, and `python recipes/pretraining_curve.py --config recipes/configs/curve_<preset>` reads MPP's encoder frozen
-as its pre-training grows ([Results](results.md)); the wall time is that of the whole experiment on this project's
-2-core machine, from its `results.json`.
+as its pre-training grows ([Results](results.md)), and `python recipes/compare.py --config
+recipes/configs/compare_<preset>` compares MPP with random weights and raw pixels on your own images
+([Your own images](own-images.md)); the wall time is that of the whole experiment on this project's 2-core machine,
+from its `results.json`. No load average was recorded; [Results](results.md) says, where it is known, whether an
+experiment had the machine alone or shared it.
 
 | Preset | What it is | Seeds | Wall time | What it measured |
 | --- | --- | ---: | ---: | --- |
