@@ -19,7 +19,8 @@ DEFAULT_PRESET = Path(__file__).parents[1] / "recipes" / "configs" / "eval_tiny_
 
 def cli() -> None:
     """The command line; what each process runs under `accelerate launch --tpu --main_training_function cli`."""
-    run_recipe("mpp.recipes.linear_probe_run:evaluate_linear_probe", LinearProbeRunConfig, DEFAULT_PRESET, description=__doc__)
+    run_recipe("mpp.recipes.linear_probe_run:evaluate_linear_probe", LinearProbeRunConfig, DEFAULT_PRESET,
+               description=__doc__)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 Start at ``recipes/mpp.py`` for a whole run; ``mpp.models.masked_patch_prediction`` holds the objective. Imports flow
 one way, each layer using only those before it (tests/test_architecture.py holds the package to it):
 
-    config  ->  run  ->  data, models  ->  training, evaluation  ->  command_line, experiments  ->  recipes  ->  benchmark
+    config  ->  run  ->  data, models  ->  training, evaluation  ->  command_line, experiments  ->  recipes
+            ->  benchmark
 
 From Python, in the calling process (mpp/recipes/python_api.py): ``mpp.pretrain``, ``mpp.finetune``,
 ``mpp.evaluate``, each returning a ``mpp.RunResult``; ``mpp.compare``, those runs over seeds on your own images.

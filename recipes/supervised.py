@@ -23,7 +23,8 @@ DEFAULT_PRESET = Path(__file__).parent / "configs" / "supervised_tiny_cpu.yaml"
 
 def cli() -> None:
     """The command line; what each process runs under `accelerate launch --tpu --main_training_function cli`."""
-    run_recipe("mpp.recipes.supervised_run:pretrain_supervised", SupervisedRunConfig, DEFAULT_PRESET, description=__doc__)
+    run_recipe("mpp.recipes.supervised_run:pretrain_supervised", SupervisedRunConfig, DEFAULT_PRESET,
+               description=__doc__)
 
 
 if __name__ == "__main__":

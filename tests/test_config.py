@@ -21,8 +21,8 @@ from mpp.experiments.config import PretrainingCurveConfig, ReproductionConfig
 from mpp.errors import ConfigError
 
 PRESETS = sorted(path for path in (Path(__file__).parents[1] / "recipes" / "configs").glob("*.yaml")
-                 if not path.stem.startswith(("reproduce_", "curve_", "compare_")))  # experiments: test_reproduction.py,
-# test_pretraining_curve.py, test_comparison.py
+                 if not path.stem.startswith(("reproduce_", "curve_", "compare_")))
+# the experiments' presets: test_reproduction.py, test_pretraining_curve.py, test_comparison.py
 
 
 def test_dotted_overrides_are_typed_by_the_field():

@@ -17,7 +17,8 @@ from typing import Any
 
 from mpp.evaluation.statistics import paired_difference
 from mpp.experiments.config import ComparisonConfig
-from mpp.experiments.publishing import Comparison, comparison_table, holm_summary, markdown_table, percent, publish_table
+from mpp.experiments.publishing import (Comparison, comparison_table, holm_summary, markdown_table, percent,
+                                        publish_table)
 from mpp.experiments.runner import Run, at_first_seeds_rate, recipe_command, run_experiment
 from mpp.run.directory import read_metrics
 
