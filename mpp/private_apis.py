@@ -14,7 +14,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 from accelerate.data_loader import BatchSamplerShard, SeedableRandomSampler
-from accelerate.utils import SAFE_WEIGHTS_NAME
+from accelerate.utils import SAFE_WEIGHTS_NAME, parse_flag_from_env
 from timm.models.vision_transformer import VisionTransformer
 from torch.optim.optimizer import _get_capturable_supported_devices
 from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
@@ -52,6 +52,17 @@ def leave_process_group_to_launcher() -> None:
     next Accelerator joins that group, where a group made anew would read the first one's addresses, stale, from the
     launcher's store."""
     os.environ["FORK_LAUNCHED"] = "1"
+
+
+def launched_with_fsdp() -> bool:
+    """Whether ``accelerate launch --use_fsdp`` started this process: it says so only in the environment it sets."""
+    return parse_flag_from_env("ACCELERATE_USE_FSDP")
+
+
+def launched_on_cpu() -> bool:
+    """Whether the launch asked for CPU processes (``ACCELERATE_USE_CPU=1``, or ``accelerate launch --cpu``), as
+    accelerate's own state reads it from the environment."""
+    return parse_flag_from_env("ACCELERATE_USE_CPU")
 
 
 def accelerate_launch_variable() -> str:

@@ -3,7 +3,10 @@ relies on: a release that changes one fails here, by name."""
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -23,6 +26,8 @@ from devices import USE_CPU
 from mpp.models.encoder import create_encoder
 from mpp.private_apis import (
     accelerate_launch_variable,
+    launched_on_cpu,
+    launched_with_fsdp,
     add_position_embeddings,
     capturable_optimizer_devices,
     forget_accelerate_state,
@@ -111,6 +116,45 @@ def test_accelerate_launch_sets_its_variable_for_the_process_it_starts(monkeypat
         "--cpu", "--num_cpu_threads_per_process", "1", "--num_processes", "1", "--num_machines", "1",
         "--mixed_precision", "no", "--dynamo_backend", "no", "train.py"]))
     assert len(started) == 1 and accelerate_launch_variable() in started[0]
+    for name, value in started[0].items():  # the started process's environment, as it reads it
+        monkeypatch.setenv(name, value)
+    assert launched_on_cpu() and not launched_with_fsdp()
+
+
+CHECKOUT = Path(__file__).parents[1]
+LIBRARIES = ("torch", "accelerate", "timm")
+
+
+def private_uses(source: str) -> list[str]:
+    """What ``source`` takes from the libraries that they do not publish: a name with a leading underscore imported
+    from them, a name that mpp/private_apis.py imports from them as private, or an environment variable of
+    accelerate's launcher read directly."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in LIBRARIES:
+            found += [f"from {node.module} import {alias.name}" for alias in node.names
+                      if alias.name.startswith("_") or any(part.startswith("_") for part in node.module.split("."))
+                      or alias.name in PRIVATE_IMPORTS]
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(
+                r"ACCELERATE_[A-Z_]+|FORK_LAUNCHED", node.value):
+            found.append(f"the variable {node.value}")
+    return found
+
+
+# What private_apis.py imports from the libraries that is theirs alone (not in their documented API)
+PRIVATE_IMPORTS = {"SAFE_WEIGHTS_NAME", "AcceleratorState", "GradientState", "BatchSamplerShard",
+                   "SeedableRandomSampler"}
+
+
+def test_no_private_name_of_the_libraries_is_used_outside_private_apis():
+    held = private_uses((CHECKOUT / "mpp" / "private_apis.py").read_text())  # the check finds what it holds
+    assert {"from accelerate.utils import SAFE_WEIGHTS_NAME", "the variable ACCELERATE_USE_CPU",
+            "from torch.optim.optimizer import _get_capturable_supported_devices"} <= set(held)
+    files = [path for folder in ("mpp", "recipes", "eval", "tools", "study")
+             for path in (CHECKOUT / folder).rglob("*.py") if path.name != "private_apis.py"]
+    assert len(files) > 100
+    used = {f"{path.relative_to(CHECKOUT)}: {use}" for path in files for use in private_uses(path.read_text())}
+    assert not used, "use mpp/private_apis.py for these: " + "; ".join(sorted(used))
 
 
 @with_fsdp2_tensor_lookup

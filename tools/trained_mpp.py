@@ -10,6 +10,7 @@ from mpp.config.runs import MPPRunConfig
 from mpp.config.building import build_config
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
+from mpp.private_apis import saved_model_file
 from mpp.training.checkpoint import newest_intact_checkpoint
 
 
@@ -23,5 +24,5 @@ def trained_colour_mpp(run: Path) -> tuple[MPPRunConfig, Path, MaskedPatchPredic
     if checkpoint is None:
         raise SystemExit(f"error: {run} holds no intact checkpoint")
     model = MaskedPatchPredictor(create_encoder(cfg.model), cfg.mpp, cfg.data.mean, cfg.data.std)
-    model.load_state_dict(load_file(checkpoint / "model.safetensors"))
+    model.load_state_dict(load_file(checkpoint / saved_model_file(0)))
     return cfg, checkpoint, model

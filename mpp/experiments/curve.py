@@ -21,7 +21,6 @@ import logging
 from pathlib import Path
 from typing import Any, Optional
 
-from accelerate.utils import SAFE_WEIGHTS_NAME
 from timm.models.vision_transformer import VisionTransformer
 
 from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig
@@ -40,12 +39,13 @@ from mpp.experiments.runner import (Run, at_first_seeds_rate, finished_widenings
                                    swept_grids, widened_run_name, widened_sweep)
 from mpp.models.encoder import InputNormalisation, create_encoder
 from mpp.models.pretrained import fine_tuning_encoder, read_pretrained
+from mpp.private_apis import saved_model_file
 from mpp.run.directory import logged_scalars, read_metrics
 from mpp.training.checkpoint import checkpoint_path
 
 logger = logging.getLogger(__name__)
 PIXELS = "pixels"
-MODEL_FILE = SAFE_WEIGHTS_NAME  # the model's weights in an accelerate checkpoint
+MODEL_FILE = saved_model_file(0)  # the model's weights in an accelerate checkpoint
 LONGER = "finetune-longer"  # the runs of ``longer_finetune_steps``
 SIMILARITY_IMAGES = 256  # test images every encoder's blocks are read on: one seeded sample for all of them
 SIMILARITY_SEED = 0

@@ -22,11 +22,12 @@ import accelerate.utils
 import torch
 from accelerate import Accelerator, PartialState
 from accelerate.tracking import LOGGER_TYPE_TO_CLASS
-from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, parse_flag_from_env, set_seed
+from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin, set_seed
 
 from mpp.config.runtime import RuntimeConfig
 from mpp.config.building import save_config
 from mpp.errors import ConfigError, RunError
+from mpp.private_apis import launched_on_cpu, launched_with_fsdp
 from mpp.run.directory import CONFIG_FILE, LOG_FILE, claim_output_dir, resolve_output_dir, runs_parent, write_metrics
 from mpp.run.lock import RunLock
 
@@ -41,14 +42,14 @@ class ProcessLost(RunError):
 def create_accelerator(runtime: RuntimeConfig, seed: int, output_dir: str) -> Accelerator:
     """The one Accelerator of a run: mixed precision, optionally torch.compile (applied by ``prepare``), seeded data
     order, TensorBoard in the run directory and any other trackers ``log_with`` names."""
-    if parse_flag_from_env("ACCELERATE_USE_FSDP") and not torch.accelerator.is_available():
+    if launched_with_fsdp() and not torch.accelerator.is_available():
         # FSDP version 1 would stop on "no available devices", version 2 run unsharded as MULTI_CPU
         raise ConfigError(f"accelerate launch --use_fsdp was given, but accelerate {accelerate.__version__} shards "
                           "with FSDP only across GPUs (and other accelerators), and this machine has none; drop "
                           "--use_fsdp here (ACCELERATE_USE_CPU=1 --multi_gpu runs data parallel), or launch on GPUs")
     # The process group first, so that a collective waits at most runtime.collective_timeout_s. Made as accelerate's
     # PartialState documents it: its InitProcessGroupKwargs drops a timeout equal to its own default of 600 s.
-    PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU"),
+    PartialState(cpu=launched_on_cpu(),
                  timeout=timedelta(seconds=runtime.collective_timeout_s))
     return Accelerator(
         mixed_precision=runtime.mixed_precision,

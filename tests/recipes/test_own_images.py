@@ -70,10 +70,16 @@ def test_the_own_images_page_runs_end_to_end(tmp_path):
     for split, count in (("train", 24), ("val", 8)):
         write_images(tmp_path / "data" / "labelled" / split, count, {"circles": (30, 90, 200), "leaves": (40, 160, 60)})
     commands = [line for block in page_blocks("bash") for line in block.splitlines() if line.strip()]
-    assert len(commands) == 16
+    assert len(commands) == 17
     ran = []
     for command in commands:
         words = shlex.split(in_folder(command, tmp_path))
+        if words[:2] == ["python", "recipes/compare.py"]:  # run whole at toy size in tests/experiments/
+            printed = subprocess.run([sys.executable, *words[1:], "--print-config"], check=True, cwd=ROOT,
+                                     capture_output=True, text=True).stdout
+            assert f"unlabelled: hf:{tmp_path}/data/my-images-64px" in printed
+            ran.append(words[1])
+            continue
         if words[:2] == ["python", "-m"]:
             subprocess.run([sys.executable, *words[1:]], check=True, cwd=ROOT, capture_output=True)
             ran.append(words[2])
@@ -87,7 +93,7 @@ def test_the_own_images_page_runs_end_to_end(tmp_path):
         launch(*arguments, *toy, *longer, script=ROOT / script)
         ran.append(script + " --resume" * resuming + " (CPU)" * (preset in CPU_PRESETS))
     cpu_walk = ["mpp.data.prepare", "mpp.data.prepare", "recipes/mpp.py (CPU)", *["recipes/finetune.py (CPU)"] * 2,
-                *["eval/linear_probe.py (CPU)"] * 2, *["eval/knn.py (CPU)"] * 2]
+                *["eval/linear_probe.py (CPU)"] * 2, *["eval/knn.py (CPU)"] * 2, "recipes/compare.py"]
     assert ran == [*cpu_walk, "mpp.data.prepare", "recipes/mpp.py", "recipes/mpp.py --resume", "recipes/finetune.py",
                    "eval/linear_probe.py", "eval/knn.py", "eval/few_shot.py"]
 
