@@ -1,6 +1,6 @@
-"""What a pre-training run reports besides its loss, every so many steps (``monitor.*``): few-shot accuracy of the
-encoder as it trains, and for MPP, mosaics of its predictions. The training loop calls each as
-``report(step, images_seen)`` before the first step and after every ``report.every`` steps. ``monitored_images``
+"""The monitors of a pre-training run: what it measures besides its loss, every so many steps (``monitor.*``):
+few-shot accuracy of the encoder as it trains, and for MPP, mosaics of its predictions. The training loop calls each
+monitor as ``monitor(step, images_seen)`` before the first step and after every ``monitor.every`` steps. ``monitored_images``
 is what they read, and what MPP's closing comparison with the encoder at initialisation reads.
 """
 
@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 def pre_training_monitors(accelerator: Accelerator, model: BuiltOnEncoder, cfg: MonitorConfig, data: DataConfig,
                           run_dir: Path, seed: int, dataset: ImageDataset | None = None
                           ) -> list[FewShotMonitor | MPPMosaic]:
-    """The reports ``cfg`` asks for, on ``model`` (unwrapped: its ``encoder`` and ``normalise`` are used in place).
+    """The monitors ``cfg`` asks for, on ``model`` (unwrapped: its ``encoder`` and ``normalise`` are used in place).
     They read ``dataset``, by default ``monitored_images`` (pass it where the caller reads it too); built before the
     run starts, so that data they cannot use (a stream, no labels, too few images per class) is refused before
     anything is written."""
@@ -61,8 +61,8 @@ def monitored_images(model: BuiltOnEncoder, data: DataConfig, seed: int) -> Imag
 
 def monitor_fitted_to_classes(cfg: MonitorConfig, dataset: ImageDataset) -> MonitorConfig:
     """``cfg`` with its few-shot slices (shots, hold-out, test images per class) shrunk to the smallest class of
-    ``dataset``, or the few-shot reports off where it cannot hold one shot, one image to choose the penalty on and one
-    to score, or has no labels; one warning line when anything changes. A report nobody asked for by name (the
+    ``dataset``, or the few-shot monitor off where it cannot hold one shot, one image to choose the penalty on and one
+    to score, or has no labels; one warning line when anything changes. A monitor nobody asked for by name (the
     presets' defaults) never stops a run on a small folder of images."""
     wanted = cfg.few_shot_every or getattr(cfg, "final_few_shot_draws", 0)
     asked = (cfg.few_shot_shots, cfg.few_shot_holdout_per_class, cfg.few_shot_test_per_class)
@@ -72,7 +72,7 @@ def monitor_fitted_to_classes(cfg: MonitorConfig, dataset: ImageDataset) -> Moni
     off = {"few_shot_every": 0, **({"final_few_shot_draws": 0} if isinstance(cfg, MPPMonitorConfig) else {})}
     if (labels < 0).any():
         logger.warning("monitor.few_shot_*: the training split has unlabelled images, and few-shot accuracy needs "
-                       "labels; the few-shot reports are off")
+                       "labels; the few-shot monitor is off")
         return dataclasses.replace(cfg, **off)
     counts = torch.bincount(labels, minlength=dataset.num_classes)
     smallest = int(torch.where(counts > 0, counts, counts.max() + 1).argmin())
@@ -85,7 +85,7 @@ def monitor_fitted_to_classes(cfg: MonitorConfig, dataset: ImageDataset) -> Moni
             f"{asked[1]} to choose the penalty on, {asked[2]} to score on)")
     shots = min(asked[0], fewest - 2)
     if shots < 1:
-        logger.warning("%s; the few-shot reports are off", said)
+        logger.warning("%s; the few-shot monitor is off", said)
         return dataclasses.replace(cfg, **off)
     holdout = max(1, (fewest - shots) * asked[1] // (asked[1] + asked[2]))
     fitted = dataclasses.replace(cfg, few_shot_shots=shots, few_shot_holdout_per_class=holdout,

@@ -25,7 +25,7 @@ def warnings_of(caplog) -> list[str]:
 def test_enough_images_change_nothing_and_say_nothing(caplog):
     with caplog.at_level(logging.WARNING):
         assert monitor_fitted_to_classes(ASKED, images_per_class(70)) == ASKED
-        # No few-shot report asked:
+        # No few-shot monitor asked:
         assert monitor_fitted_to_classes(MonitorConfig(), images_per_class(3)) == MonitorConfig()
     assert not warnings_of(caplog)
 
@@ -46,4 +46,4 @@ def test_too_few_for_one_shot_turn_the_few_shot_reports_off_and_keep_the_mosaic(
         cfg = monitor_fitted_to_classes(ASKED, images_per_class(2))
     assert (cfg.few_shot_every, cfg.final_few_shot_draws, cfg.mosaic_every) == (0, 0, 5)
     (warning,) = warnings_of(caplog)
-    assert warning.endswith("; the few-shot reports are off")
+    assert warning.endswith("; the few-shot monitor is off")
