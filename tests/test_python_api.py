@@ -80,7 +80,9 @@ def test_a_key_given_as_a_parameter_and_an_override_is_refused():
 def test_a_preset_is_a_file_or_the_name_of_one_beside_the_default():
     default = PRE_TRAINING["mpp"].default_preset
     assert preset_path(None, default) == default
-    assert preset_path("finetune_tiny_cpu", default) == ROOT / "recipes" / "configs" / "finetune_tiny_cpu.yaml"
+    named = preset_path("finetune_tiny_cpu", default)  # installed with the package, recipes/configs/ in a checkout
+    assert named == ROOT / "mpp" / "presets" / "finetune_tiny_cpu.yaml"
+    assert named.resolve() == (ROOT / "recipes" / "configs" / "finetune_tiny_cpu.yaml").resolve()
     assert preset_path("my/preset.yaml", default) == Path("my/preset.yaml")
     cfg = build_config(FinetuneRunConfig, preset_path("finetune_tiny_cpu", default))
     assert cfg.train.steps == 200  # the named preset was read

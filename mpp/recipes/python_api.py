@@ -48,7 +48,10 @@ from mpp.recipes.run_result import RunResult
 from mpp.recipes.supervised_run import pretrain_supervised
 from mpp.training.preemption import Preempted
 
-# The checkout this package is in (an editable install, or the repository root on the path): its presets are there.
+# The presets, installed with the package (recipes/configs/ in a checkout links to them).
+PRESETS = Path(__file__).resolve().parents[1] / "presets"
+# The checkout this package is in (an editable install, or the repository root on the path): the recipes that a
+# comparison runs in subprocesses are there, and not in an installed wheel.
 CHECKOUT = Path(__file__).resolve().parents[2]
 
 
@@ -62,13 +65,13 @@ class Recipe:
 
 
 PRE_TRAINING = {
-    "mpp": Recipe(pretrain_mpp, MPPRunConfig, CHECKOUT / "recipes/configs/mpp_tiny_cpu.yaml"),
+    "mpp": Recipe(pretrain_mpp, MPPRunConfig, PRESETS / "mpp_tiny_cpu.yaml"),
     "supervised": Recipe(pretrain_supervised, SupervisedRunConfig,
-                         CHECKOUT / "recipes/configs/supervised_tiny_cpu.yaml"),
+                         PRESETS / "supervised_tiny_cpu.yaml"),
 }
-FINE_TUNING = Recipe(fine_tune, FinetuneRunConfig, CHECKOUT / "recipes/configs/finetune_tiny_cpu.yaml")
-EVALUATION_PRESET = CHECKOUT / "recipes/configs/eval_tiny_cpu.yaml"  # every eval/ script's
-COMPARISON_PRESET = CHECKOUT / "recipes/configs/compare_own_images_cpu.yaml"  # recipes/compare.py's
+FINE_TUNING = Recipe(fine_tune, FinetuneRunConfig, PRESETS / "finetune_tiny_cpu.yaml")
+EVALUATION_PRESET = PRESETS / "eval_tiny_cpu.yaml"  # every eval/ script's
+COMPARISON_PRESET = PRESETS / "compare_own_images_cpu.yaml"  # recipes/compare.py's
 EVALUATIONS = {
     "linear_probe": Recipe(evaluate_linear_probe, LinearProbeRunConfig, EVALUATION_PRESET),
     "knn": Recipe(evaluate_knn, KnnRunConfig, EVALUATION_PRESET),
@@ -151,6 +154,10 @@ def compare(unlabelled: str, labelled: str, output_dir: Optional[str | Path] = N
         results.json's contents: ``protocols`` (each arm's accuracy and balanced accuracy per seed, the floors) and
         ``table``, the tables results.md holds.
     """
+    if not (CHECKOUT / "recipes/compare.py").is_file():
+        raise ConfigError("mpp.compare runs the recipes of a checkout (recipes/, eval/) in subprocesses, and this "
+                          f"package is installed without one ({CHECKOUT}); install it from a clone of the "
+                          "repository (pip install -e .)")
     cfg = build_config(ComparisonConfig, preset_path(config, COMPARISON_PRESET), override_arguments(
         _common(None, output_dir, overrides, unlabelled=unlabelled, labelled=labelled)))
     return run_comparison(cfg, CHECKOUT)

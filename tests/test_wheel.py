@@ -1,0 +1,38 @@
+"""The package as a wheel installs it, outside any checkout: the Python API runs with its default preset and finds a
+named one, both installed with the package."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+import zipfile
+
+import pytest
+
+from tests.launching import ROOT
+
+
+@pytest.mark.slow
+def test_the_python_api_runs_from_an_installed_wheel_with_its_presets(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path / "dist"), str(ROOT)], check=True, capture_output=True, timeout=600)
+    wheel, = (tmp_path / "dist").glob("mpp-*.whl")
+    installed = tmp_path / "installed"
+    zipfile.ZipFile(wheel).extractall(installed)  # what pip puts in site-packages: a pure-Python wheel's files
+    assert (installed / "mpp" / "presets" / "mpp_tiny_cpu.yaml").is_file()
+    # The interpreter without this environment's site directory, whose editable install points at the checkout: the
+    # wheel's files, then the dependencies' folder as a plain path (its .pth files, the editable one among them,
+    # unread).
+    script = ("import mpp, pathlib\n"
+              "assert pathlib.Path(mpp.__file__).is_relative_to(pathlib.Path.cwd()), mpp.__file__\n"
+              "from mpp.recipes.python_api import preset_path, PRESETS\n"
+              "assert preset_path('finetune_own_images_cpu', PRESETS / 'mpp_tiny_cpu.yaml').is_file()\n"
+              "result = mpp.pretrain(data='shapes', output_dir='run', train={'steps': 20})\n"
+              "print(result.metrics['step'], result.export_dir.is_dir())\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(installed), sysconfig.get_paths()["purelib"]])}
+    ended = subprocess.run([os.path.realpath(sys.executable), "-s", "-c", script], cwd=installed, env=env,
+                           capture_output=True, text=True, timeout=900)
+    assert ended.returncode == 0, ended.stderr[-3000:]
+    assert ended.stdout.split("\n")[-2] == "20 True"
