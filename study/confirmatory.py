@@ -269,6 +269,22 @@ def p_cell(p: Optional[float]) -> str:
     return "—" if p is None else f"{p:.2g}"
 
 
+def test_cell(test: dict[str, Any]) -> str:
+    """A test's result as the package's tables give a comparison: mean [95% interval], verdict (p)."""
+    return (f"{test['mean']:+.1f} {interval(test['interval'])}, {'shown' if test['shown'] else 'not shown'} "
+            f"(p {p_cell(test['p_value'])})")
+
+
+def result_cell(step: dict[str, Any]) -> str:
+    """A test of the sequence: its result where it was reached; one it did not reach has no verdict, only the p its
+    runs give (a test that needs runs of its own: "not run")."""
+    if not step.get("ran", True):
+        return "not run"
+    if step["reached"]:
+        return test_cell(step)
+    return f"not reached (p {p_cell(step['p_value'])} against {step['against']:+g})"
+
+
 def tables(cfg: ConfirmatoryConfig, results: dict[str, Any]) -> str:
     """Markdown: the verdict and the secondary sequence (once every seed has run), then per arm its accuracies and
     its training accuracy over its last fifth, the floors, and the exploratory comparisons."""
@@ -284,11 +300,10 @@ def tables(cfg: ConfirmatoryConfig, results: dict[str, Any]) -> str:
         lines += [f"**Primary test** ({primary['test']}, level {primary['level']}, balanced accuracy): "
                   f"{primary['mean']:+.1f} points {interval(primary['interval'])} (95% interval; paired SD "
                   f"{primary['sd']:.2f}), one-sided p {p_cell(primary['p_value'])}: **{primary['verdict']}**.", ""]
-        body = [[step["test"], "yes" if step["reached"] else "no",
-                 (f"{step['mean']:+.1f} {interval(step['interval'])}, p {p_cell(step['p_value'])}, "
-                  f"{'shown' if step['shown'] else 'not shown'}") if step.get("ran", True) else "not run"]
-                for step in results["secondary"]]
-        lines += markdown_table(["Secondary test, in order", "Reached", "Result"], body, left_columns=3)
+        body = [[step["test"], "yes" if step["reached"] else "no", result_cell(step)]
+                for step in [{**primary, "test": "the primary test, balanced accuracy", "reached": True},
+                             *results["secondary"]]]
+        lines += markdown_table(["Test, in order", "Reached", "Result (one-sided p)"], body, left_columns=3)
     else:
         lines += [f"The test is read once all {len(cfg.seeds)} registered seeds have run; until then the table "
                   "gives the training accuracies alone.", ""]
