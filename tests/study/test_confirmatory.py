@@ -4,6 +4,7 @@ each seed as it finishes and, continued, runs only the seeds not yet recorded.""
 
 from __future__ import annotations
 
+import re
 import json
 import subprocess
 import sys
@@ -109,6 +110,11 @@ def test_the_tables_give_no_accuracy_until_every_registered_seed_is_recorded(tmp
     whole |= read_tests(cfg, whole["per_seed"])
     table = tables(cfg, whole)
     assert "**Primary test**" in table and "+2.4 points [+1.0, +3.8]" in table and "**gain shown**" in table
+    assert "| the primary test, balanced accuracy | yes | +2.4 [+1.0, +3.8], shown (p 0.0" in table
+    unclear = {**whole, **read_tests(cfg, records([0.02, -0.02, 0.01, -0.01, 0.0]))}  # the sequence stops at once
+    assert re.search(r"\| the same comparison in top-1 accuracy \| no \| not reached \(p [\d.]+ against \+0\) \|",
+                     tables(cfg, unclear))
+    assert "| claim 2 | no | not run |" in tables(cfg, unclear)
     assert "| MPP, short - from scratch | +0.0" in table and "| MPP, short - MPP | -2.4" in table
 
 
