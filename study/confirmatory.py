@@ -342,7 +342,7 @@ def publish(cfg: ConfirmatoryConfig, results: dict[str, Any]) -> str:
     else:  # registered seeds added since a reading: no test until they are in too
         for reading in ("primary", "secondary"):
             results.pop(reading, None)
-    runs = len(results["per_seed"]) * (1 + len(cfg.arms))
+    runs = results["runs"] = len(results["per_seed"]) * (1 + len(cfg.arms))  # as every experiment's results.json
     table = tables(cfg, results) + (f"\n{runs} runs of the recorded seeds, {cfg.parallel_runs} at a time, in "
                                     f"{results['wall_seconds'] / 60:.0f} min of wall time in all.\n")
     for folder in dict.fromkeys(Path(name) for name in (cfg.output_dir, cfg.publish_dir) if name):
