@@ -4,6 +4,7 @@ named one, both installed with the package."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -16,8 +17,12 @@ from tests.launching import ROOT
 
 @pytest.mark.slow
 def test_the_python_api_runs_from_an_installed_wheel_with_its_presets(tmp_path):
+    source = tmp_path / "source"  # what the wheel is built from, copied: a build leaves build/ where it runs
+    shutil.copytree(ROOT / "mpp", source / "mpp", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copyfile(ROOT / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path / "dist"), str(ROOT)], check=True, capture_output=True, timeout=600)
+                    str(tmp_path / "dist"), str(source)], check=True, capture_output=True, timeout=600)
     wheel, = (tmp_path / "dist").glob("mpp-*.whl")
     installed = tmp_path / "installed"
     zipfile.ZipFile(wheel).extractall(installed)  # what pip puts in site-packages: a pure-Python wheel's files

@@ -1,7 +1,7 @@
 """The monitors of a pre-training run: what it measures besides its loss, every so many steps (``monitor.*``):
 few-shot accuracy of the encoder as it trains, and for MPP, mosaics of its predictions. The training loop calls each
-monitor as ``monitor(step, images_seen)`` before the first step and after every ``monitor.every`` steps. ``monitored_images``
-is what they read, and what MPP's closing comparison with the encoder at initialisation reads.
+monitor as ``monitor(step, images_seen)`` before the first step and after every ``monitor.every`` steps.
+``monitored_images`` is what they read, and what MPP's closing comparison with the encoder at initialisation reads.
 """
 
 from __future__ import annotations
