@@ -157,8 +157,8 @@ def describe_difference(difference: PairedDifference, claimed: bool = False) -> 
     said = f"{difference.mean:+.1f}"
     if difference.n < 2:
         return f"{said}, one seed: no interval"
-    if difference.sd == 0:  # e.g. two deterministic readings of the same images: nothing varies to test against
-        return f"{said} on every seed: no spread, no interval"
+    if difference.sd == 0 and difference.mean == 0:  # e.g. two deterministic readings agreeing on every seed
+        return f"{said} on every seed: no difference, no interval"
     said += f" [{difference.low:+.1f}, {difference.high:+.1f}]"
     p = "" if difference.p_value is None else f"p {difference.p_value:.2g}"
     if difference.shown:

@@ -72,9 +72,9 @@ def test_one_seed_or_no_spread_has_no_interval_to_read():
     same = paired_difference([0.6, 0.7], [0.5, 0.6], scale=100)  # +10 both times
     assert same.shown and same.p_value == 0.0
     assert same.planned_seeds() is None  # no spread to plan with
-    assert describe_difference(same) == "+10.0 on every seed: no spread, no interval"
+    assert describe_difference(same).startswith("+10.0 [+10.0, +10.0], shown")
     unchanged = paired_difference([0.7, 0.7], [0.7, 0.7])
-    assert describe_difference(unchanged) == "+0.0 on every seed: no spread, no interval"
+    assert describe_difference(unchanged) == "+0.0 on every seed: no difference, no interval"
     tiny = paired_difference([0.5001, 0.6], [0.5, 0.6001], scale=100)  # a mean of 0 against an SD of 0.014
     assert tiny.planned_seeds() is None and "needs more than 1000 seeds" in describe_difference(tiny)
     with pytest.raises(ValueError, match="as many values"):
