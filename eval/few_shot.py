@@ -10,12 +10,12 @@ scalars few_shot/<k>shot, the cached features and metrics.json.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from mpp.command_line import run_recipe
 from mpp.config.runs import FewShotRunConfig
+from mpp.presets import default_preset
 
-DEFAULT_PRESET = Path(__file__).parents[1] / "recipes" / "configs" / "eval_tiny_cpu.yaml"
+DEFAULT_PRESET = default_preset("eval")
 
 
 def cli() -> None:

@@ -13,12 +13,12 @@ No init: a randomly initialised encoder, for comparison. metrics.json holds the 
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from mpp.command_line import run_recipe
 from mpp.config.runs import InspectionRunConfig
+from mpp.presets import default_preset
 
-DEFAULT_PRESET = Path(__file__).parents[1] / "recipes" / "configs" / "eval_tiny_cpu.yaml"
+DEFAULT_PRESET = default_preset("eval")
 
 
 def cli() -> None:

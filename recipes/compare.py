@@ -20,8 +20,9 @@ sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(
 
 from mpp.command_line import run_recipe
 from mpp.experiments.config import ComparisonConfig
+from mpp.presets import default_preset
 
-DEFAULT_PRESET = Path(__file__).parent / "configs" / "compare_own_images_cpu.yaml"
+DEFAULT_PRESET = default_preset("compare")
 
 
 def main(cfg: ComparisonConfig) -> None:

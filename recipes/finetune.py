@@ -21,8 +21,9 @@ sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(
 
 from mpp.command_line import run_recipe
 from mpp.config.runs import FinetuneRunConfig
+from mpp.presets import default_preset
 
-DEFAULT_PRESET = Path(__file__).parent / "configs" / "finetune_tiny_cpu.yaml"
+DEFAULT_PRESET = default_preset("finetune")
 
 
 def cli() -> None:

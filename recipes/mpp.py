@@ -16,8 +16,9 @@ sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(
 
 from mpp.command_line import run_recipe
 from mpp.config.runs import MPPRunConfig
+from mpp.presets import default_preset
 
-DEFAULT_PRESET = Path(__file__).parent / "configs" / "mpp_tiny_cpu.yaml"
+DEFAULT_PRESET = default_preset("mpp")
 
 
 def cli() -> None:

@@ -16,8 +16,9 @@ sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(
 
 from mpp.command_line import run_recipe
 from mpp.experiments.config import PretrainingCurveConfig
+from mpp.presets import default_preset
 
-DEFAULT_PRESET = Path(__file__).parent / "configs" / "curve_fashion_mnist_cpu.yaml"
+DEFAULT_PRESET = default_preset("pretraining_curve")
 
 
 def main(cfg: PretrainingCurveConfig) -> None:

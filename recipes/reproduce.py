@@ -19,8 +19,9 @@ sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(
 
 from mpp.command_line import run_recipe
 from mpp.experiments.config import ReproductionConfig
+from mpp.presets import default_preset
 
-DEFAULT_PRESET = Path(__file__).parent / "configs" / "reproduce_fashion_mnist_cpu.yaml"
+DEFAULT_PRESET = default_preset("reproduce")
 
 
 def main(cfg: ReproductionConfig) -> None:

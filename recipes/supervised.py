@@ -17,8 +17,9 @@ sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(
 
 from mpp.command_line import run_recipe
 from mpp.config.runs import SupervisedRunConfig
+from mpp.presets import default_preset
 
-DEFAULT_PRESET = Path(__file__).parent / "configs" / "supervised_tiny_cpu.yaml"
+DEFAULT_PRESET = default_preset("supervised")
 
 
 def cli() -> None:

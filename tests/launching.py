@@ -1,5 +1,6 @@
 """Running the recipes as users do, through ``accelerate launch`` in a subprocess: one process, or two gloo
-processes on this CPU-only machine."""
+processes on this CPU-only machine; or, where the launcher is not what a test is about, the script's own command line
+in the test's process (``run_here``), as ``mpp.pretrain`` runs it: a launch costs two process starts."""
 
 from __future__ import annotations
 
@@ -54,6 +55,29 @@ def launch(*args: str, script: Path = RECIPE, processes: int = 1, check: bool = 
     if check:
         assert result.returncode == 0, result.stderr[-3000:]
     return result
+
+
+def run_here(*args: str, script: Path = RECIPE) -> None:
+    """``script``'s command line (``--config``, ``--resume``, ``key=value`` overrides) run in this process, as the
+    Python API runs a recipe (``run_in_this_process``); a run that fails fails the test with the recipe's message."""
+    from mpp.recipes.python_api import run_in_this_process
+
+    recipe = load_script(script, f"recipe_{script.parent.name}_{script.stem}")
+    saved_argv, saved_cpu = sys.argv, os.environ.get("ACCELERATE_USE_CPU")
+    sys.argv = [str(script), *args]
+    if USE_CPU:
+        os.environ["ACCELERATE_USE_CPU"] = "1"
+    try:
+        with run_in_this_process():
+            recipe.cli()
+    except SystemExit as exit:
+        assert exit.code in (0, None), f"{script.name} {' '.join(args)}: {exit.code}"
+    finally:
+        sys.argv = saved_argv
+        if saved_cpu is None:
+            os.environ.pop("ACCELERATE_USE_CPU", None)
+        else:
+            os.environ["ACCELERATE_USE_CPU"] = saved_cpu
 
 
 def start(*args: str, processes: int = 1) -> subprocess.Popen:

@@ -14,9 +14,9 @@ PACKAGE = Path(__file__).parents[1] / "mpp"
 # later layer, never another unit of its own layer.
 LAYERS = (
     ("mpp.errors",),  # the errors every layer raises
-    ("mpp.config", "mpp.keyed_random", "mpp.metrics", "mpp.private_apis", "mpp.raw_images"),
+    ("mpp.config", "mpp.keyed_random", "mpp.metrics", "mpp.presets", "mpp.private_apis", "mpp.raw_images"),
     # typed configs, their loading from YAML and overrides and their --help; per-image random draws; accuracy per
-    # class; the libraries' private APIs; raw images, uint8 or float
+    # class; the presets and which entry point reads which; the libraries' private APIs; raw images, uint8 or float
     ("mpp.run",),  # what every run has: its accelerator, its directory, its start and end
     ("mpp.data", "mpp.models"),  # images in; the ViT and its objectives
     ("mpp.training", "mpp.evaluation"),  # the training loop; frozen-encoder protocols and pictures

@@ -32,8 +32,9 @@ def test_the_python_api_runs_from_an_installed_wheel_with_its_presets(tmp_path):
     # unread).
     script = ("import mpp, pathlib\n"
               "assert pathlib.Path(mpp.__file__).is_relative_to(pathlib.Path.cwd()), mpp.__file__\n"
-              "from mpp.recipes.python_api import preset_path, PRESETS\n"
-              "assert preset_path('finetune_own_images_cpu', PRESETS / 'mpp_tiny_cpu.yaml').is_file()\n"
+              "from mpp.presets import default_preset\n"
+              "from mpp.recipes.python_api import preset_path\n"
+              "assert preset_path('finetune_own_images_cpu', default_preset('mpp')).is_file()\n"
               "result = mpp.pretrain(data='shapes', output_dir='run', train={'steps': 20})\n"
               "print(result.metrics['step'], result.export_dir.is_dir())\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(installed), sysconfig.get_paths()["purelib"]])}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import functools
 import sys
 import types
 import typing
@@ -29,7 +30,8 @@ def config_keys(cls: type) -> list[str]:
     return list(_annotations(cls))
 
 
-def _annotations(cls: type) -> dict[str, Any]:
+@functools.cache  # resolving annotations was most of building a config, and an experiment checks thousands of runs
+def _annotations(cls: type) -> types.MappingProxyType[str, Any]:
     """Every settable dotted key of a config dataclass and its field's annotation, in declaration order."""
     keys = {}
     for f, annotation in _fields(cls):
@@ -37,7 +39,7 @@ def _annotations(cls: type) -> dict[str, Any]:
             keys |= {f"{f.name}.{key}": inner for key, inner in _annotations(annotation).items()}
         else:
             keys[f.name] = annotation
-    return keys
+    return types.MappingProxyType(keys)
 
 
 def parsed_yaml(text: str, source: str) -> Any:
@@ -91,7 +93,7 @@ def _settings(cls: type, preset: Optional[str | Path], overrides: typing.Sequenc
     if hasattr(cls, "preset_keys_giving_way"):  # e.g. a preset's model sizes, where init names a run to fine-tune
         for key in set(cls.preset_keys_giving_way(values)) - set(given):
             values.pop(key, None)
-    unknown = [key for key in values if key not in config_keys(cls)]
+    unknown = [key for key in values if key not in _annotations(cls)]
     if unknown:
         raise ConfigError(_unknown_keys_message(unknown, config_keys(cls)))
     return values
@@ -131,9 +133,10 @@ def parse_command_line(cls: type, argv: Optional[typing.Sequence[str]], default_
     return config
 
 
-def _fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
+@functools.cache
+def _fields(cls: type) -> tuple[tuple[dataclasses.Field, Any], ...]:
     hints = typing.get_type_hints(cls)
-    return [(f, hints[f.name]) for f in dataclasses.fields(cls)]
+    return tuple((f, hints[f.name]) for f in dataclasses.fields(cls))
 
 
 def _flatten(mapping: dict, prefix: str = "") -> dict[str, Any]:

@@ -37,6 +37,7 @@ from mpp.config.runs import (
 from mpp.errors import ConfigError, RunFinished
 from mpp.experiments.comparison import compare as run_comparison
 from mpp.experiments.config import ComparisonConfig
+from mpp.presets import default_preset
 from mpp.private_apis import forget_accelerate_state, leave_process_group_to_launcher
 from mpp.recipes.few_shot_run import evaluate_few_shot
 from mpp.recipes.finetune_run import fine_tune
@@ -48,8 +49,6 @@ from mpp.recipes.run_result import RunResult
 from mpp.recipes.supervised_run import pretrain_supervised
 from mpp.training.preemption import Preempted
 
-# The presets, installed with the package (recipes/configs/ in a checkout links to them).
-PRESETS = Path(__file__).resolve().parents[1] / "presets"
 # The checkout this package is in (an editable install, or the repository root on the path): the recipes that a
 # comparison runs in subprocesses are there, and not in an installed wheel.
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -65,18 +64,15 @@ class Recipe:
 
 
 PRE_TRAINING = {
-    "mpp": Recipe(pretrain_mpp, MPPRunConfig, PRESETS / "mpp_tiny_cpu.yaml"),
-    "supervised": Recipe(pretrain_supervised, SupervisedRunConfig,
-                         PRESETS / "supervised_tiny_cpu.yaml"),
+    "mpp": Recipe(pretrain_mpp, MPPRunConfig, default_preset("mpp")),
+    "supervised": Recipe(pretrain_supervised, SupervisedRunConfig, default_preset("supervised")),
 }
-FINE_TUNING = Recipe(fine_tune, FinetuneRunConfig, PRESETS / "finetune_tiny_cpu.yaml")
-EVALUATION_PRESET = PRESETS / "eval_tiny_cpu.yaml"  # every eval/ script's
-COMPARISON_PRESET = PRESETS / "compare_own_images_cpu.yaml"  # recipes/compare.py's
+FINE_TUNING = Recipe(fine_tune, FinetuneRunConfig, default_preset("finetune"))
 EVALUATIONS = {
-    "linear_probe": Recipe(evaluate_linear_probe, LinearProbeRunConfig, EVALUATION_PRESET),
-    "knn": Recipe(evaluate_knn, KnnRunConfig, EVALUATION_PRESET),
-    "few_shot": Recipe(evaluate_few_shot, FewShotRunConfig, EVALUATION_PRESET),
-    "inspect": Recipe(inspect_frozen_encoder, InspectionRunConfig, EVALUATION_PRESET),
+    "linear_probe": Recipe(evaluate_linear_probe, LinearProbeRunConfig, default_preset("eval")),
+    "knn": Recipe(evaluate_knn, KnnRunConfig, default_preset("eval")),
+    "few_shot": Recipe(evaluate_few_shot, FewShotRunConfig, default_preset("eval")),
+    "inspect": Recipe(inspect_frozen_encoder, InspectionRunConfig, default_preset("eval")),
 }
 
 
@@ -158,7 +154,7 @@ def compare(unlabelled: str, labelled: str, output_dir: Optional[str | Path] = N
         raise ConfigError("mpp.compare runs the recipes of a checkout (recipes/, eval/) in subprocesses, and this "
                           f"package is installed without one ({CHECKOUT}); install it from a clone of the "
                           "repository (pip install -e .)")
-    cfg = build_config(ComparisonConfig, preset_path(config, COMPARISON_PRESET), override_arguments(
+    cfg = build_config(ComparisonConfig, preset_path(config, default_preset("compare")), override_arguments(
         _common(None, output_dir, overrides, unlabelled=unlabelled, labelled=labelled)))
     return run_comparison(cfg, CHECKOUT)
 

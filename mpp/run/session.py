@@ -27,6 +27,7 @@ from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin
 from mpp.config.runtime import RuntimeConfig
 from mpp.config.building import save_config
 from mpp.errors import ConfigError, RunError
+from mpp.presets import FOR_A_CPU
 from mpp.private_apis import launched_on_cpu, launched_with_fsdp
 from mpp.run.directory import CONFIG_FILE, LOG_FILE, claim_output_dir, resolve_output_dir, runs_parent, write_metrics
 from mpp.run.lock import RunLock
@@ -123,21 +124,16 @@ def is_collective_failure(error: BaseException) -> bool:
     return isinstance(error, torch.distributed.DistError) or (isinstance(error, RuntimeError) and "gloo" in str(error))
 
 
-# The CPU preset each kind of run (its directory's prefix) has for the user's own images; the evaluations share one.
-CPU_PRESETS = {"mpp": "mpp_own_images_cpu.yaml", "finetune": "finetune_own_images_cpu.yaml",
-               "supervised": "supervised_tiny_cpu.yaml"}
-
-
 def warn_of_gpu_settings_on_a_cpu(runtime: RuntimeConfig, device_type: str, prefix: str) -> None:
     """One line where a run on a CPU asks for what only pays on a GPU: bf16 autocast (emulated, slower than fp32 on
     most CPUs) or torch.compile (minutes of compilation before the first step); it names the CPU preset of its kind
-    of run (``prefix``)."""
+    of run (``prefix``: a recipe's, else an evaluation's)."""
     asked = [setting for setting, on in (("mixed_precision=bf16", runtime.mixed_precision == "bf16"),
                                          ("compile=true", runtime.compile)) if on]
     if device_type == "cpu" and asked:
         logger.warning("this run asks for %s, a GPU's settings, on a CPU: it will be slow; "
                        "--config recipes/configs/%s is sized for a CPU", " and ".join(asked),
-                       CPU_PRESETS.get(prefix, "eval_own_images_cpu.yaml"))
+                       FOR_A_CPU.get(prefix, FOR_A_CPU["eval"]) + ".yaml")
 
 
 class Session:

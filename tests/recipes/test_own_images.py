@@ -1,6 +1,7 @@
 """docs/own-images.md walked end to end at toy size, its commands run as the page gives them (in its order, on
-folders of images made here): the CPU walk at its presets' own encoder with a shorter schedule, the one-GPU walk with
-overrides that shrink the model and the schedule; and the one-GPU presets it names taking a step at their own size."""
+folders of images made here; each in this process, where the launcher is not under test): the CPU walk at its
+presets' own encoder with a shorter schedule, the one-GPU walk with overrides that shrink the model and the
+schedule; and the one-GPU presets it names taking a step at their own size."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import pytest
 import torch
 from PIL import Image
 
-from tests.launching import ROOT, launch
+from mpp.data.prepare import main as prepare
+from tests.launching import ROOT, launch, run_here
 
 PAGE = ROOT / "docs" / "own-images.md"
 ENCODER = ["model.img_size=32", "model.patch_size=8", "model.embed_dim=32", "model.depth=2", "model.num_heads=2"]
@@ -65,7 +67,8 @@ def run_python(block: str, check: str, tmp_path: Path) -> str:
 
 
 @pytest.mark.slow
-def test_the_own_images_page_runs_end_to_end(tmp_path):
+def test_the_own_images_page_runs_end_to_end(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the page's paths are the checkout's
     write_images(tmp_path / "data" / "my-images", 48, {"all": (200, 60, 40)})
     for split, count in (("train", 24), ("val", 8)):
         write_images(tmp_path / "data" / "labelled" / split, count, {"circles": (30, 90, 200), "leaves": (40, 160, 60)})
@@ -80,8 +83,8 @@ def test_the_own_images_page_runs_end_to_end(tmp_path):
             assert f"unlabelled: hf:{tmp_path}/data/my-images-64px" in printed
             ran.append(words[1])
             continue
-        if words[:2] == ["python", "-m"]:
-            subprocess.run([sys.executable, *words[1:]], check=True, cwd=ROOT, capture_output=True)
+        if words[:3] == ["python", "-m", "mpp.data.prepare"]:
+            prepare(words[3:])
             ran.append(words[2])
             continue
         assert words[:2] == ["accelerate", "launch"], command
@@ -90,7 +93,7 @@ def test_the_own_images_page_runs_end_to_end(tmp_path):
         resuming = "--resume" in arguments
         longer = ["train.epochs=4"] if resuming else []  # the finished run, continued for two more epochs
         toy = CPU_TOY[script] if preset in CPU_PRESETS else TOY[script]
-        launch(*arguments, *toy, *longer, script=ROOT / script)
+        run_here(*arguments, *toy, *longer, script=ROOT / script)  # the launcher is tested in tests/recipes/
         ran.append(script + " --resume" * resuming + " (CPU)" * (preset in CPU_PRESETS))
     cpu_walk = ["mpp.data.prepare", "mpp.data.prepare", "recipes/mpp.py (CPU)", *["recipes/finetune.py (CPU)"] * 2,
                 *["eval/linear_probe.py (CPU)"] * 2, *["eval/knn.py (CPU)"] * 2, "recipes/compare.py"]
