@@ -126,6 +126,25 @@ def test_a_sweep_whose_training_images_fill_no_batch_is_refused_before_anything_
     assert not (tmp_path / "tuned").exists()
 
 
+def test_fine_tuning_and_its_sweep_train_at_the_layer_wise_decay_and_pre_training_without(tmp_path, folders,
+                                                                                           monkeypatch):
+    from mpp.training import trainer
+
+    decays = []
+
+    def recording(model, cfg, device, layer_decay):
+        decays.append(layer_decay)
+        return create_optimizer(model, cfg, device, layer_decay)
+
+    create_optimizer = trainer.create_optimizer
+    monkeypatch.setattr(trainer, "create_optimizer", recording)
+    mpp.finetune(output_dir=tmp_path / "tuned", data=folders, **TINY,
+                 finetune={"layer_decay": 0.5, "sweep_lrs": [0.01, 0.03], "sweep_holdout_fraction": 0.25})
+    assert len(decays) >= 3 and set(decays) == {0.5}  # the sweep's two points and the run at the chosen rate
+    mpp.pretrain(output_dir=tmp_path / "pre", data=folders, **TINY, **NO_MONITORS)
+    assert decays[-1] == 1.0
+
+
 def test_pretrain_finetune_evaluate_one_after_another_in_this_process(tmp_path, folders):
     first = mpp.pretrain(output_dir=tmp_path / "first", data=folders, **TINY, **NO_MONITORS)
     # Another precision: accelerate refuses a second Accelerator that differs, unless the first run's state is gone.

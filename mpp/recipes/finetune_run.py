@@ -57,7 +57,7 @@ def fine_tune(cfg: FinetuneRunConfig) -> RunResult:
 
         def trainer_at(lr: float) -> Trainer:
             return Trainer(session, classifier(encoder), train_set, cfg, train=dataclasses.replace(cfg.train, lr=lr),
-                           ema_decay=cfg.finetune.ema_decay)
+                           ema_decay=cfg.finetune.ema_decay, layer_decay=cfg.finetune.layer_decay)
 
         # Made now so that a config that cannot train fails before any write.
         trainer = trainer_at(chosen_learning_rate(Path(cfg.finetune.lr_from)) if cfg.finetune.lr_from else cfg.train.lr)

@@ -122,7 +122,7 @@ def sweep_learning_rates(session: Session, config: FinetuneRunConfig, fresh_mode
         point_dir.mkdir(parents=True, exist_ok=True)
         trainer = Trainer(session, fresh_model(), sweep_train, config, train=dataclasses.replace(config.train, lr=lr),
                           run_dir=point_dir, resume="auto" if config.resume else "", ema_decay=sweep.ema_decay,
-                          log_prefix=f"sweep/lr_{lr:g}/")
+                          layer_decay=sweep.layer_decay, log_prefix=f"sweep/lr_{lr:g}/")
         metrics = train_classifier(trainer, holdout, "holdout")
         write_metrics(point_dir, metrics)
         scores[lr] = metrics[score]

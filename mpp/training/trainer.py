@@ -39,8 +39,9 @@ class Trainer:
     """Trains ``model`` on ``train_set`` as ``config`` (the run's whole config) says, on the schedule of ``train``
     (default: ``config.train``). A sweep's point, or the run after it, gives its own ``train`` (its learning rate),
     ``run_dir`` (its own folder: checkpoints, metrics) and ``resume``; ``ema_decay`` > 0 keeps a Polyak average of
-    the weights (Table 2); ``accuracy_name`` names the model's accuracy in logs and metrics, and ``log_prefix`` goes
-    before every log line and TensorBoard tag."""
+    the weights (Table 2) and ``layer_decay`` < 1 scales each block's learning rate down with its depth from the
+    head (fine-tuning's layer-wise decay); ``accuracy_name`` names the model's accuracy in logs and metrics, and
+    ``log_prefix`` goes before every log line and TensorBoard tag."""
 
     def __init__(
         self,
@@ -53,6 +54,7 @@ class Trainer:
         run_dir: Optional[Path] = None,
         resume: Optional[str] = None,
         ema_decay: float = 0.0,
+        layer_decay: float = 1.0,
         accuracy_name: str = "train_accuracy",
         log_prefix: str = "",
     ) -> None:
@@ -67,9 +69,7 @@ class Trainer:
         # What the loop reads: steps from epochs, the learning rate scaled to the batch; how, for the plan line.
         self.train_config, self.derivation = resolved_schedule(
             given, None if isinstance(train_set, IterableDataset) else len(train_set))
-        finetune = getattr(config, "finetune", None)  # fine-tuning's layer-wise decay, where the run has one
-        self.optimizer = create_optimizer(model, self.train_config, accelerator.device,
-                                          finetune.layer_decay if finetune is not None else 1.0)
+        self.optimizer = create_optimizer(model, self.train_config, accelerator.device, layer_decay)
         asked = config.resume if resume is None else resume
         self.checkpoint = resume_checkpoint(asked, self.run_dir)
         if self.checkpoint is not None:
