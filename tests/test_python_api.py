@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from accelerate.state import is_initialized
 
 import mpp
@@ -143,6 +144,14 @@ def test_fine_tuning_and_its_sweep_train_at_the_layer_wise_decay_and_pre_trainin
     assert len(decays) >= 3 and set(decays) == {0.5}  # the sweep's two points and the run at the chosen rate
     mpp.pretrain(output_dir=tmp_path / "pre", data=folders, **TINY, **NO_MONITORS)
     assert decays[-1] == 1.0
+
+
+def test_the_exports_features_are_an_export_setting_apart_from_what_the_monitors_read(tmp_path, folders):
+    run = mpp.pretrain(output_dir=tmp_path / "pre", data=folders, **TINY, **NO_MONITORS, export={"features": "token"})
+    assert yaml.safe_load((run.run_dir / "config.yaml").read_text())["monitor"]["features"] == "avg"
+    assert json.loads((run.export_dir / "config.json").read_text())["model_args"]["global_pool"] == "token"
+    card = (run.export_dir / "README.md").read_text().replace("\n", " ")
+    assert "Without a head, timm gives the [class] token's output" in card
 
 
 def test_pretrain_finetune_evaluate_one_after_another_in_this_process(tmp_path, folders):

@@ -75,6 +75,15 @@ class MPPConfig:
 
 
 @dataclass
+class ExportConfig:
+    """The encoder an MPP run writes at its end (export/, timm's hub format)."""
+
+    # The features timm's model gives without a head: the mean of the patch tokens, what MPP trains (never the [class]
+    # token's output); a supervised run's export reads what its head read (classifier.pool).
+    features: Pooling = "avg"
+
+
+@dataclass
 class ClassifierConfig:
     """The classification head on the encoder's output (Sec. 3.1, App. D.3)."""
 

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from mpp.config.data import DataConfig
 from mpp.config.evaluation import EvaluationConfig, FewShotConfig, InspectionConfig, KnnConfig, LinearProbeConfig
-from mpp.config.model import ClassifierConfig, ModelConfig, MPPConfig
+from mpp.config.model import ClassifierConfig, ExportConfig, ModelConfig, MPPConfig
 from mpp.config.training import (
     FinetuneConfig,
     MonitorConfig,
@@ -47,6 +47,7 @@ class MPPRunConfig(TrainingRunConfig):
     mpp: MPPConfig = field(default_factory=MPPConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     monitor: MPPMonitorConfig = field(default_factory=MPPMonitorConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
 
 
 @dataclass

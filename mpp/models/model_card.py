@@ -57,7 +57,7 @@ def model_card(config: MPPRunConfig | SupervisedRunConfig, train: TrainConfig, m
                      f"{'[class] token' if config.classifier.pool == 'token' else 'mean patch token'}, label "
                      f"smoothing {config.classifier.label_smoothing:g}; the head is not part of this folder")
     precision = "fp32" if train.mixed_precision == "no" else f"{train.mixed_precision} mixed precision"
-    pool = config.monitor.features if isinstance(config, MPPRunConfig) else config.classifier.pool
+    pool = config.export.features if isinstance(config, MPPRunConfig) else config.classifier.pool
     features = ("the mean of the patch tokens after the final norm, what MPP trains (never the [class] token's "
                 "output)" if pool == "avg" else "the [class] token's output after the final norm")
     crop = "all" if data.eval_crop_fraction == 1 else f"the centre {data.eval_crop_fraction:g}"

@@ -64,7 +64,7 @@ def pretrain_mpp(cfg: MPPRunConfig) -> RunResult:
         encoder = trainer.trained_encoder(cfg.model)  # on every process: under FSDP it gathers the shards
         if accelerator.is_main_process:  # the encoder alone, in timm's hub format
             export_encoder(encoder, session.run_dir / EXPORT_DIR, cfg.data.mean, cfg.data.std,
-                           tag="mpp", eval_crop_fraction=cfg.data.eval_crop_fraction, pool=cfg.monitor.features,
+                           tag="mpp", eval_crop_fraction=cfg.data.eval_crop_fraction, pool=cfg.export.features,
                            card=model_card(cfg, trainer.train_config, metrics, encoder, session.run_dir.name))
         session.finish(metrics)
     logger.info("done: loss %s, mpp_accuracy %s (most frequent class: %.4f), %.1f images/s; encoder exported to %s",
