@@ -119,8 +119,8 @@ def test_an_error_is_raised_not_exited_and_leaves_no_accelerator_behind(tmp_path
 def test_a_sweep_whose_training_images_fill_no_batch_is_refused_before_anything_is_written(tmp_path, folders):
     # 16 training images fill the batch of 8 (the final run could start), but the sweep's 12 after holding out 4
     # do not fill one of 16: refused while nothing is written, not once the sweep's first point starts.
-    with pytest.raises(DataError, match=r"sweep holds out finetune.sweep_holdout_fraction=0.25 .* the training set "
-                                        r"has 12 images, fewer than one global batch of 16"):
+    with pytest.raises(DataError, match=r"sweep holds out finetune.sweep_holdout_fraction=0.25 of the training "
+                                        r"images: the rest has 12 images, fewer than one global batch of 16"):
         mpp.finetune(output_dir=tmp_path / "tuned", data=folders, model=ENCODER,
                      train={**TINY["train"], "global_batch_size": 16},
                      finetune={"sweep_lrs": [0.01, 0.03], "sweep_holdout_fraction": 0.25})

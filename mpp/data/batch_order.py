@@ -35,7 +35,7 @@ class EndlessEpochBatches(Sampler[list[EpochPosition]]):
     """This process's batches of ``batch_size`` positions of a dataset of ``size`` images, each position paired with
     its epoch, epoch after epoch; from batch ``start`` of the run on (a resumed run reads what it would have). An
     optimizer step is ``accumulation_steps`` batches on each of ``num_processes`` processes; an epoch, its
-    ``steps_per_epoch`` steps."""
+    ``steps_per_epoch`` steps, at least one (``mpp.data.loading.check_batch_fits`` refuses data smaller than that)."""
 
     def __init__(self, size: int, batch_size: int, seed: int, num_processes: int = 1, process_index: int = 0,
                  start: int = 0, accumulation_steps: int = 1) -> None:
@@ -46,9 +46,6 @@ class EndlessEpochBatches(Sampler[list[EpochPosition]]):
         # Processes take the shuffled batches in turn, so each process's first ones make the epoch's whole steps.
         self.batches_per_epoch = accumulation_steps * steps_per_epoch(
             size, batch_size * num_processes * accumulation_steps)
-        if not self.batches_per_epoch:
-            raise ValueError(f"{size} images make no whole step of {accumulation_steps} batch(es) of {batch_size} on "
-                             f"each of {num_processes} processes")
 
     def __iter__(self) -> Iterator[list[EpochPosition]]:
         epoch, skip = divmod(self.start, self.batches_per_epoch)

@@ -15,7 +15,7 @@ from accelerate.data_loader import prepare_data_loader
 from torch.utils.data import DataLoader, Dataset
 
 from mpp.config.data import DataConfig
-from mpp.data.batch_order import EndlessEpochBatches
+from mpp.data.batch_order import EndlessEpochBatches, steps_per_epoch
 from mpp.data.hugging_face import StreamingImageDataset, build_stream
 from mpp.data.image_dataset import ImageDataset, SkipsUndecodableImages, Split, keep_batch
 from mpp.data.image_folder import ImageFolderSource
@@ -149,17 +149,19 @@ def check_classes_to_learn(dataset: Dataset) -> None:
                         "give data.source a folder with one sub-folder per class")
 
 
-def check_batch_fits(dataset: Dataset, batch_size: int) -> None:
-    """Raises a DataError where a map-style training set holds less than one global batch (an epoch of it would hold
-    no step), saying first what is wrong with its files where none can be decoded."""
-    if isinstance(dataset, StreamingImageDataset) or len(dataset) >= batch_size:
+def check_batch_fits(dataset: Dataset, batch_size: int, described: str = "the training set") -> None:
+    """Raises a DataError where a map-style training set (``described`` so in the message) holds less than one
+    global batch: an epoch of it would hold no step. Saying first what is wrong with its files where none can be
+    decoded. The one check of it, made before a run writes anything (the Trainer, a sweep's split); the loaders take
+    what it let through."""
+    if isinstance(dataset, StreamingImageDataset) or steps_per_epoch(len(dataset), batch_size):
         return
     failed = dataset.undecodable_now() if isinstance(dataset, ImageDataset) else []
     if failed and len(failed) == len(dataset):  # what is wrong with the data first: no batch size helps
         raise DataError(f"none of the {len(dataset)} images of {dataset.source.description} can be decoded "
                         f"(e.g. {'; '.join(failed[:3])}); check that data.source points at image files")
     raise DataError(
-        f"the training set has {len(dataset):,} images"
+        f"{described} has {len(dataset):,} images"
         + (f" ({len(failed)} of them cannot be decoded, e.g. {failed[0]})" if failed else "")
         + f", fewer than one global batch of {batch_size:,}, so no step can be made of them; set "
         f"train.global_batch_size to {len(dataset):,} or less (a multiple of train.micro_batch_size x processes)"
@@ -188,8 +190,6 @@ def build_loader(
     """One pass over the data. Training: shuffled, whole batches only (every step sees as many images); a training
     run reads ``build_training_loader``'s instead. Evaluation: in order, all images."""
     streaming = isinstance(dataset, StreamingImageDataset)
-    if train:
-        check_batch_fits(dataset, batch_size)
     return DataLoader(dataset, batch_size=batch_size, shuffle=train and not streaming, drop_last=train,
                       collate_fn=None if streaming else keep_batch, **loader_workers(cfg, device_type, local_processes))
 
@@ -212,7 +212,6 @@ def build_training_loader(
     if isinstance(dataset, StreamingImageDataset):
         return build_loader(dataset, batch_size, cfg, train=True, device_type=device_type,
                             local_processes=local_processes)
-    check_batch_fits(dataset, batch_size * num_processes * accumulation_steps)
     order = EndlessEpochBatches(len(dataset), batch_size, seed, num_processes, process_index, start, accumulation_steps)
     return DataLoader(dataset, batch_sampler=order, collate_fn=keep_batch,
                       **loader_workers(cfg, device_type, local_processes))

@@ -26,7 +26,7 @@ from timm.models.vision_transformer import VisionTransformer
 from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig
 from mpp.config.building import build_config
 from mpp.data.batch_order import steps_per_epoch
-from mpp.data.loading import build_dataset, sample_images
+from mpp.data.loading import build_dataset, check_batch_fits, sample_images
 from mpp.errors import ConfigError
 from mpp.evaluation.representation_similarity import block_similarity, relative_weight_change
 from mpp.evaluation.statistics import describe_difference, paired_difference
@@ -55,11 +55,9 @@ def pretraining_steps_per_epoch(cfg: PretrainingCurveConfig) -> int:
     """Optimizer steps in one epoch of the pre-training images (``mpp.data.batch_order.steps_per_epoch``)."""
     run = build_config(MPPRunConfig, cfg.mpp_preset, (*cfg.data, *cfg.encoder, *cfg.mpp))
     image_size = create_encoder(run.model).patch_embed.img_size[0]
-    images = len(build_dataset(run.data, "train", image_size, run.model.in_chans, augment=False))
-    epoch_steps = steps_per_epoch(images, run.train.global_batch_size)
-    if not epoch_steps:
-        raise ConfigError(f"the pre-training data holds {images} images, fewer than one batch of "
-                          f"{run.train.global_batch_size}")
+    images = build_dataset(run.data, "train", image_size, run.model.in_chans, augment=False)
+    check_batch_fits(images, run.train.global_batch_size, described="the pre-training data")
+    epoch_steps = steps_per_epoch(len(images), run.train.global_batch_size)
     logger.info("%d steps per epoch; checkpoints read at epochs %s", epoch_steps, list(cfg.epochs))
     return epoch_steps
 

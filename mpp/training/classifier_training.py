@@ -95,11 +95,9 @@ def sweep_split(config: FinetuneRunConfig, train_set: Dataset, eval_view: ImageV
         raise DataError("a learning-rate sweep holds out part of the training images; it needs data.streaming=false")
     kept, held_out = holdout_split(len(train_set), config.finetune.sweep_holdout_fraction, config.data.subset_seed)
     sweep_train = train_set.subset(kept)
-    try:
-        check_batch_fits(sweep_train, global_batch_size)
-    except DataError as error:
-        raise DataError(f"the learning-rate sweep holds out finetune.sweep_holdout_fraction="
-                        f"{config.finetune.sweep_holdout_fraction:g} of the training images: {error}") from None
+    check_batch_fits(sweep_train, global_batch_size, described=(
+        f"the learning-rate sweep holds out finetune.sweep_holdout_fraction={config.finetune.sweep_holdout_fraction:g}"
+        " of the training images: the rest"))
     return sweep_train, train_set.subset(held_out, eval_view)
 
 

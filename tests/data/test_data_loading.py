@@ -14,7 +14,8 @@ import pytest
 from PIL import Image
 
 from mpp.config.data import DataConfig
-from mpp.data.loading import build_dataset, build_loader, check_classes_to_learn, warn_if_tested_on_training_images
+from mpp.data.loading import (build_dataset, build_loader, check_batch_fits, check_classes_to_learn,
+                              warn_if_tested_on_training_images)
 from mpp.data.sources import DataError
 from tests.launching import NO_MPP_MONITORS, ROOT, TINY, launch
 
@@ -96,14 +97,14 @@ def test_a_folder_too_small_for_a_batch_says_first_what_is_wrong_with_its_files(
     dataset = build_dataset(cfg, "train", 4, channels=3, augment=True)
     with pytest.raises(DataError, match=r"none of the 20 images of image folder .* can be decoded \(e.g. .*000.jpg: .*"
                                         r"; check that data.source points at image files") as refused:
-        build_loader(dataset, batch_size=64, cfg=cfg, train=True)
+        check_batch_fits(dataset, 64)
     assert "micro_batch_size" not in str(refused.value)
     # Some readable: the batch size is the fix, and the broken files are still counted.
     cfg = DataConfig(source=f"folder:{folder_with_broken_files(tmp_path / 'some', good=12, broken=8)}")
     with pytest.raises(DataError, match=r"the training set has 20 images \(8 of them cannot be decoded, e.g. .*\), "
                                         r"fewer than one global batch of 64, so no step can be made of them; "
                                         r"set train.global_batch_size to 20 or less"):
-        build_loader(build_dataset(cfg, "train", 4, channels=3, augment=True), batch_size=64, cfg=cfg, train=True)
+        check_batch_fits(build_dataset(cfg, "train", 4, channels=3, augment=True), 64)
 
 
 def read_epochs(records_of_epochs: list[list[dict]]) -> list[set[int]]:
