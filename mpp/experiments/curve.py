@@ -240,8 +240,8 @@ def finetuned_results(cfg: PretrainingCurveConfig, epoch_steps: int) -> dict[str
         if LONGER in measured:  # what the longer fine-tuning kept, beside its accuracies
             entry[LONGER] |= measured.pop(LONGER)
         entry.update(measured)
-    floor = [read_metrics(run)["mpp_accuracy_most_frequent_class"] for run in pretraining]
-    return {"finetuned": curve, "similarity_images": images, "mpp_accuracy_most_frequent_class": floor}
+    floor = [read_metrics(run)["mpp_majority_class_accuracy"] for run in pretraining]
+    return {"finetuned": curve, "similarity_images": images, "mpp_majority_class_accuracy": floor}
 
 
 def last_fifths_training_accuracy(folder: Path, metrics: dict[str, Any]) -> Optional[float]:
@@ -274,7 +274,7 @@ def finetuned_table(results: dict[str, Any]) -> str:
     kept of MPP's encoder (``kept_table``) and the longer fine-tuning (``longer_table``)."""
     curve = results["finetuned"]
     compared = finetuned_comparisons(results)
-    floor = 100 * sum(results["mpp_accuracy_most_frequent_class"]) / len(results["mpp_accuracy_most_frequent_class"])
+    floor = 100 * sum(results["mpp_majority_class_accuracy"]) / len(results["mpp_majority_class_accuracy"])
     lines = [f"| MPP pre-training ({len(results['seeds'])} seeds) | MPP accuracy (most frequent colour: {floor:.1f}) "
              "| Fine-tuned from MPP, balanced | From scratch, as many steps, balanced | Final training accuracy, "
              "fine-tuning MPP | Final training accuracy, scratch | Its rise over the last fifth, points, MPP; scratch "

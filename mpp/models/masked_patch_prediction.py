@@ -110,7 +110,7 @@ class MaskedPatchPredictor(BuiltOnEncoder):
 
 
 @torch.no_grad()
-def most_frequent_colour_accuracy(model: MaskedPatchPredictor, batches: Iterable[torch.Tensor]) -> float:
+def mpp_majority_class_accuracy(model: MaskedPatchPredictor, batches: Iterable[torch.Tensor]) -> float:
     """The MPP accuracy of always predicting the most frequent colour class of these (b c h w) images: the floor
     a trained predictor has to clear (corrupted patches are a uniform sample of all patches)."""
     counts = torch.zeros(num_colour_classes(model.cfg.colour_bits), dtype=torch.long)

@@ -11,7 +11,7 @@ from mpp.data.loading import build_dataset, sample_images
 from mpp.evaluation.few_shot_regression import FewShotAgainstInitialisation
 from mpp.evaluation.monitors import monitor_fitted_to_classes, monitored_images, pre_training_monitors
 from mpp.models.encoder import count_parameters, create_encoder
-from mpp.models.masked_patch_prediction import MaskedPatchPredictor, most_frequent_colour_accuracy
+from mpp.models.masked_patch_prediction import MaskedPatchPredictor, mpp_majority_class_accuracy
 from mpp.models.model_card import model_card
 from mpp.models.pretrained import export_encoder
 from mpp.recipes.run_result import RunResult
@@ -50,12 +50,12 @@ def pretrain_mpp(cfg: MPPRunConfig) -> RunResult:
         logger.info("data: %s", dataset.description)
         logger.info("encoder: %s, %.2fM parameters, %d patches per image; target %s", cfg.model.name,
                     count_parameters(encoder) / 1e6, encoder.patch_embed.num_patches, cfg.mpp.target)
-        baseline = most_frequent_colour_accuracy(model, sample_images(dataset, BASELINE_IMAGES, cfg.seed))
+        baseline = mpp_majority_class_accuracy(model, sample_images(dataset, BASELINE_IMAGES, cfg.seed))
         logger.info("always predicting the most frequent colour class scores mpp_accuracy %.4f (on up to %d images)",
                     baseline, BASELINE_IMAGES)
 
         metrics = trainer.fit(monitors)
-        metrics["mpp_accuracy_most_frequent_class"] = baseline
+        metrics["mpp_majority_class_accuracy"] = baseline
         metrics["mpp_accuracy_above_floor"] = metrics["mpp_accuracy"] > baseline
         if against_init is not None:
             metrics |= against_init()

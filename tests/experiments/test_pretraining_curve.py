@@ -268,7 +268,7 @@ def test_the_fine_tuned_tables_read_mpp_against_its_floor_its_gain_over_scratch_
         return {"accuracy": balanced, "balanced_accuracy": balanced, "lr": [0.1, 0.1, 0.1], "steps": [9, 9, 9],
                 "train_accuracy": train}
 
-    results = {"seeds": [0, 1, 2], "mpp_accuracy_most_frequent_class": [0.02, 0.03, 0.025], "finetuned": {
+    results = {"seeds": [0, 1, 2], "mpp_majority_class_accuracy": [0.02, 0.03, 0.025], "finetuned": {
         "1": {"epochs": 1, "pretraining_steps": 5, "mpp_accuracy": [0.2, 0.3, None],
               "finetune": runs([0.50, 0.52, 0.54], [0.6, 0.7, 0.8]),
               "scratch": runs([0.40, 0.41, 0.42], [0.9, 0.95, 1.0])}}}

@@ -446,7 +446,7 @@ def default_run_errors(page: str, text: str, known: dict[str, Experiment]) -> tu
     """The default run's MPP accuracy, most-frequent-class score and loss, where a passage cites its metrics.json."""
     metrics, wrong, checked = known[DEFAULT_RUN].results, [], 0
     expected = {r"MPP accuracy (\d+\.\d+)%": metrics["mpp_accuracy"],
-                r"most frequent[^.;|]*? scores (\d+\.\d+)%": metrics["mpp_accuracy_most_frequent_class"]}
+                r"most frequent[^.;|]*? scores (\d+\.\d+)%": metrics["mpp_majority_class_accuracy"]}
     for passage in passages_of(page, text):
         if DEFAULT_RUN not in passage.experiments:
             continue

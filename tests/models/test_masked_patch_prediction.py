@@ -9,7 +9,7 @@ from mpp.errors import ConfigError
 from mpp.keyed_random import KeyedDraws, keys_of
 from mpp.models.corruption import MASK, UNCHANGED, Corruption, draw_corruption
 from mpp.models.encoder import BuiltOnEncoder, ImageEncoder, create_encoder
-from mpp.models.masked_patch_prediction import MaskedPatchPredictor, most_frequent_colour_accuracy
+from mpp.models.masked_patch_prediction import MaskedPatchPredictor, mpp_majority_class_accuracy
 
 MEAN, STD = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
 
@@ -152,7 +152,7 @@ def test_the_most_frequent_class_baseline_counts_every_patch(tiny_model_config, 
     images[0, :, :4, :8] = 1.0  # ... but two white ones in the first, and a grey one in the second
     images[1, :, 4:8, 4:8] = 0.5
     batches = [images[:1], images[1:]]
-    assert most_frequent_colour_accuracy(model, batches) == pytest.approx(29 / 32)
+    assert mpp_majority_class_accuracy(model, batches) == pytest.approx(29 / 32)
 
 
 def test_the_corruption_is_drawn_apart_from_the_view_of_the_same_image_key(tiny_model_config):

@@ -13,7 +13,7 @@ from mpp.config.model import ModelConfig, MPPConfig
 from mpp.config.building import config_to_dict
 from mpp.data.loading import build_dataset, sample_images
 from mpp.models.encoder import create_encoder
-from mpp.models.masked_patch_prediction import MaskedPatchPredictor, most_frequent_colour_accuracy
+from mpp.models.masked_patch_prediction import MaskedPatchPredictor, mpp_majority_class_accuracy
 from tests.launching import launch
 
 pytestmark = pytest.mark.slow  # every test here launches a recipe or trains (pytest -m "not slow" leaves them out)
@@ -41,7 +41,7 @@ def test_mpp_on_fashion_mnist_beats_the_most_frequent_colour(tmp_path):
     # The baseline over every image of the 1,000-image subset, as the first epoch's augmented views show them.
     dataset = build_dataset(DATA, "train", 28, channels=1, augment=True, seed=0)
     model = MaskedPatchPredictor(create_encoder(MODEL), MPPConfig(), DATA.mean, DATA.std)
-    baseline = most_frequent_colour_accuracy(model, sample_images(dataset, len(dataset), seed=0))
+    baseline = mpp_majority_class_accuracy(model, sample_images(dataset, len(dataset), seed=0))
     assert len(dataset) == 1000 and 0.2 < baseline < 0.6
     assert metrics["mpp_accuracy"] > baseline + 0.05, (metrics["mpp_accuracy"], baseline)
-    assert abs(metrics["mpp_accuracy_most_frequent_class"] - baseline) < 0.02  # the recipe's own estimate agrees
+    assert abs(metrics["mpp_majority_class_accuracy"] - baseline) < 0.02  # the recipe's own estimate agrees
