@@ -16,13 +16,39 @@ step (``steps_per_epoch``): the few images left over, fewer than one global batc
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import Iterator
 
 from torch.utils.data import BatchSampler, Sampler
 
+from mpp.config.training import TrainConfig
+from mpp.errors import ConfigError
 from mpp.private_apis import process_share_of_batches, seedable_shuffle
 
 EpochPosition = tuple[int, int]  # (epoch, position in the dataset)
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """How one optimizer step's global batch splits over processes and accumulation steps: made once per run
+    (``plan_batches``), read by the loop, the loader and the batch order alike."""
+
+    global_batch_size: int
+    micro_batch_size: int  # per process, per forward pass
+    num_processes: int
+    accumulation_steps: int
+
+
+def plan_batches(cfg: TrainConfig, num_processes: int) -> BatchPlan:
+    micro = cfg.micro_batch_size or cfg.global_batch_size // num_processes
+    per_pass = micro * num_processes
+    if micro < 1 or cfg.global_batch_size % per_pass:
+        raise ConfigError(
+            f"train.global_batch_size={cfg.global_batch_size} is not a whole number of passes of "
+            f"train.micro_batch_size={micro} on each of {num_processes} processes; make the global batch a "
+            f"multiple of micro_batch_size x processes"
+        )
+    return BatchPlan(cfg.global_batch_size, micro, num_processes, cfg.global_batch_size // per_pass)
 
 
 def steps_per_epoch(images: int, global_batch_size: int) -> int:
@@ -32,20 +58,19 @@ def steps_per_epoch(images: int, global_batch_size: int) -> int:
 
 
 class EndlessEpochBatches(Sampler[list[EpochPosition]]):
-    """This process's batches of ``batch_size`` positions of a dataset of ``size`` images, each position paired with
-    its epoch, epoch after epoch; from batch ``start`` of the run on (a resumed run reads what it would have). An
-    optimizer step is ``accumulation_steps`` batches on each of ``num_processes`` processes; an epoch, its
-    ``steps_per_epoch`` steps, at least one (``mpp.data.loading.check_batch_fits`` refuses data smaller than that)."""
+    """This process's (``process_index``'s) batches of ``plan.micro_batch_size`` positions of a dataset of ``size``
+    images, each position paired with its epoch, epoch after epoch; from batch ``start`` of the run on (a resumed run
+    reads what it would have). An epoch is its ``steps_per_epoch`` optimizer steps of ``plan.global_batch_size``, at
+    least one (``mpp.data.loading.check_batch_fits`` refuses data smaller than that)."""
 
-    def __init__(self, size: int, batch_size: int, seed: int, num_processes: int = 1, process_index: int = 0,
-                 start: int = 0, accumulation_steps: int = 1) -> None:
+    def __init__(self, size: int, plan: BatchPlan, seed: int, process_index: int = 0, start: int = 0) -> None:
         self.shuffled = seedable_shuffle(size, seed)
-        batches = BatchSampler(self.shuffled, batch_size, drop_last=True)
-        self.batches = process_share_of_batches(batches, num_processes, process_index) if num_processes > 1 else batches
+        batches = BatchSampler(self.shuffled, plan.micro_batch_size, drop_last=True)
+        self.batches = (process_share_of_batches(batches, plan.num_processes, process_index)
+                        if plan.num_processes > 1 else batches)
         self.start = start
         # Processes take the shuffled batches in turn, so each process's first ones make the epoch's whole steps.
-        self.batches_per_epoch = accumulation_steps * steps_per_epoch(
-            size, batch_size * num_processes * accumulation_steps)
+        self.batches_per_epoch = plan.accumulation_steps * steps_per_epoch(size, plan.global_batch_size)
 
     def __iter__(self) -> Iterator[list[EpochPosition]]:
         epoch, skip = divmod(self.start, self.batches_per_epoch)

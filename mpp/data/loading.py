@@ -15,7 +15,7 @@ from accelerate.data_loader import prepare_data_loader
 from torch.utils.data import DataLoader, Dataset
 
 from mpp.config.data import DataConfig
-from mpp.data.batch_order import EndlessEpochBatches, steps_per_epoch
+from mpp.data.batch_order import BatchPlan, EndlessEpochBatches, steps_per_epoch
 from mpp.data.hugging_face import StreamingImageDataset, build_stream
 from mpp.data.image_dataset import ImageDataset, SkipsUndecodableImages, Split, keep_batch
 from mpp.data.image_folder import ImageFolderSource
@@ -196,23 +196,22 @@ def build_loader(
 
 def build_training_loader(
     dataset: Dataset,
-    batch_size: int,
+    plan: BatchPlan,
     cfg: DataConfig,
     seed: int,
-    num_processes: int = 1,
     process_index: int = 0,
     device_type: str = "cpu",
     local_processes: int = 1,
     start: int = 0,
-    accumulation_steps: int = 1,
 ) -> DataLoader:
-    """A training run's loader of this process's share, from pass ``start`` of the run (``accumulation_steps`` passes
-    an optimizer step): for map-style data, its batches epoch after epoch without end (``EndlessEpochBatches``), read
-    by one iterator whose workers live for the whole run; a stream is read one epoch a pass (``build_loader``)."""
+    """A training run's loader of this process's share of ``plan``'s batches, from pass ``start`` of the run
+    (``plan.accumulation_steps`` passes an optimizer step): for map-style data, its batches epoch after epoch without
+    end (``EndlessEpochBatches``), read by one iterator whose workers live for the whole run; a stream is read one
+    epoch a pass (``build_loader``)."""
     if isinstance(dataset, StreamingImageDataset):
-        return build_loader(dataset, batch_size, cfg, train=True, device_type=device_type,
+        return build_loader(dataset, plan.micro_batch_size, cfg, train=True, device_type=device_type,
                             local_processes=local_processes)
-    order = EndlessEpochBatches(len(dataset), batch_size, seed, num_processes, process_index, start, accumulation_steps)
+    order = EndlessEpochBatches(len(dataset), plan, seed, process_index, start)
     return DataLoader(dataset, batch_sampler=order, collate_fn=keep_batch,
                       **loader_workers(cfg, device_type, local_processes))
 

@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 from mpp.config.data import DataConfig, parse_source
 from mpp.data.hugging_face import StreamingImageDataset
 from mpp.data.image_dataset import ImageDataset
+from mpp.data.batch_order import BatchPlan
 from mpp.data.image_source import FileSource
 from mpp.data.loading import build_training_loader, move_to_device, report_skipped
 from mpp.run.session import local_processes
@@ -76,12 +77,11 @@ class TrainingBatches:
         return report_skipped(self.accelerator, self.dataset, "training images")
 
 
-def training_batches(accelerator: Accelerator, dataset: Dataset, micro_batch_size: int, accumulation_steps: int,
-                     cfg: DataConfig, seed: int, start_step: int = 0) -> TrainingBatches:
-    """The batches of ``micro_batch_size`` images a run reads from optimizer step ``start_step`` on, on this process
-    (its share of every step), on the device."""
-    start = start_step * accumulation_steps
-    loader = build_training_loader(dataset, micro_batch_size, cfg, seed, accelerator.num_processes,
-                                   accelerator.process_index, accelerator.device.type, local_processes(accelerator),
-                                   start, accumulation_steps)
+def training_batches(accelerator: Accelerator, dataset: Dataset, plan: BatchPlan, cfg: DataConfig, seed: int,
+                     start_step: int = 0) -> TrainingBatches:
+    """The batches of ``plan.micro_batch_size`` images a run reads from optimizer step ``start_step`` on, on this
+    process (its share of every step), on the device."""
+    start = start_step * plan.accumulation_steps
+    loader = build_training_loader(dataset, plan, cfg, seed, accelerator.process_index, accelerator.device.type,
+                                   local_processes(accelerator), start)
     return TrainingBatches(accelerator, dataset, move_to_device(accelerator, loader), start, cfg, loader.num_workers)

@@ -24,8 +24,8 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from mpp.config.training import TrainConfig
+from mpp.data.batch_order import BatchPlan
 from mpp.data.training_batches import TrainingBatches
-from mpp.errors import ConfigError
 from mpp.training.checkpoint import save_checkpoint
 from mpp.training.non_finite import NonFiniteGuard
 from mpp.training.preemption import Preempted, StopSignals
@@ -34,28 +34,6 @@ from mpp.training.schedule import learning_rate
 logger = logging.getLogger(__name__)
 DATA_CHECK_STEPS = 20  # steps after the first over which the loop's wait for data is judged, unless it logs earlier
 DATA_BOUND_SHARE = 0.5  # waiting for data more than this share of the time: said once, with the fix
-
-
-@dataclass
-class BatchPlan:
-    """How one optimizer step's global batch splits over processes and accumulation steps."""
-
-    global_batch_size: int
-    micro_batch_size: int  # per process, per forward pass
-    num_processes: int
-    accumulation_steps: int
-
-
-def plan_batches(cfg: TrainConfig, num_processes: int) -> BatchPlan:
-    micro = cfg.micro_batch_size or cfg.global_batch_size // num_processes
-    per_pass = micro * num_processes
-    if micro < 1 or cfg.global_batch_size % per_pass:
-        raise ConfigError(
-            f"train.global_batch_size={cfg.global_batch_size} is not a whole number of passes of "
-            f"train.micro_batch_size={micro} on each of {num_processes} processes; make the global batch a "
-            f"multiple of micro_batch_size x processes"
-        )
-    return BatchPlan(cfg.global_batch_size, micro, num_processes, cfg.global_batch_size // per_pass)
 
 
 @dataclass

@@ -22,13 +22,14 @@ from torch.utils.data import Dataset, IterableDataset
 from mpp.config.model import ModelConfig
 from mpp.config.runs import TrainingRunConfig
 from mpp.config.training import TrainConfig
+from mpp.data.batch_order import plan_batches
 from mpp.data.loading import check_batch_fits
 from mpp.data.training_batches import training_batches
 from mpp.models.pretrained import encoder_from_model_state
 from mpp.run.session import Session
 from mpp.training.checkpoint import (check_resume_compatible, check_resume_length, load_checkpoint,
                                      resume_checkpoint)
-from mpp.training.engine import Monitor, TrainingRun, plan_batches, train
+from mpp.training.engine import Monitor, TrainingRun, train
 from mpp.training.optimizer import create_optimizer
 from mpp.training.schedule import resolved_schedule
 
@@ -107,8 +108,8 @@ class Trainer:
             start_step = load_checkpoint(accelerator, self.checkpoint, self.averaged)
             logger.info("%sresumed from %s at step %d", self.log_prefix, self.checkpoint, start_step)
         # A resumed run reads on where it stopped.
-        batches = training_batches(accelerator, self.train_set, self.plan.micro_batch_size,
-                                   self.plan.accumulation_steps, self.run_config.data, self.run_config.seed, start_step)
+        batches = training_batches(accelerator, self.train_set, self.plan, self.run_config.data, self.run_config.seed,
+                                   start_step)
         run = TrainingRun(accelerator, self.model, self.optimizer, batches, self.plan, self.train_config,
                           self.run_dir, self.run_config, self.averaged, self.accuracy_name, self.log_prefix)
         return train(run, start_step, monitors)

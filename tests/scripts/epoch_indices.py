@@ -12,6 +12,7 @@ from accelerate.utils import DataLoaderConfiguration
 from mpp.config.data import DataConfig
 from mpp.config.training import TrainConfig
 from mpp.data.loading import build_dataset
+from mpp.data.batch_order import BatchPlan
 from mpp.data.training_batches import training_batches
 from mpp.training.schedule import resolved_schedule
 
@@ -23,7 +24,8 @@ dataset = build_dataset(cfg, "train", 8, channels=1, augment=True, seed=0, proce
                         num_processes=accelerator.num_processes)
 schedule, _ = resolved_schedule(TrainConfig(steps=None, epochs=EPOCHS, warmup_steps=0,
                                             global_batch_size=MICRO_BATCH * accelerator.num_processes), len(dataset))
-batches = training_batches(accelerator, dataset, MICRO_BATCH, 1, cfg, seed=0)
+plan = BatchPlan(MICRO_BATCH * accelerator.num_processes, MICRO_BATCH, accelerator.num_processes, 1)
+batches = training_batches(accelerator, dataset, plan, cfg, seed=0)
 seen = [next(batches)[1].tolist() for _ in range(schedule.steps)]
 batches.close()
 per_epoch = -(-schedule.steps // EPOCHS)  # the last epoch's share may fall short; the test says

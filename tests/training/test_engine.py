@@ -14,8 +14,8 @@ from torch.utils.data import DataLoader
 from devices import USE_CPU
 from mpp.config.training import TrainConfig
 from mpp.errors import ConfigError
-from mpp.data.batch_order import EndlessEpochBatches
-from mpp.training.engine import TrainingClock, plan_batches
+from mpp.data.batch_order import BatchPlan, EndlessEpochBatches, plan_batches
+from mpp.training.engine import TrainingClock
 
 
 def test_batch_plan_splits_the_global_batch():
@@ -28,7 +28,7 @@ def test_batch_plan_splits_the_global_batch():
 
 
 def test_resumed_batches_continue_where_an_uninterrupted_run_would_be():
-    order = EndlessEpochBatches(20, batch_size=4, seed=3)  # 5 batches an epoch
+    order = EndlessEpochBatches(20, BatchPlan(4, 4, 1, 1), seed=3)  # 5 batches an epoch
     straight = list(itertools.islice(order, 13))
     order.start = 7
     resumed = list(itertools.islice(order, 6))
@@ -52,8 +52,8 @@ def test_a_runs_endless_loader_gives_the_batches_of_a_loader_prepared_each_epoch
         per_epoch = prepare_data_loader(DataLoader(range(44), batch_size=4, shuffle=True, drop_last=True),
                                         num_processes=num_processes, process_index=rank, use_seedable_sampler=True,
                                         data_seed=5)
-        endless = iter(build_training_loader(dataset, 4, DataConfig(num_workers=1), seed=5,
-                                             num_processes=num_processes, process_index=rank))
+        plan = BatchPlan(4 * num_processes, 4, num_processes, 1)
+        endless = iter(build_training_loader(dataset, plan, DataConfig(num_workers=1), seed=5, process_index=rank))
         for epoch in range(3):
             per_epoch.set_epoch(epoch)
             for positions in per_epoch:
@@ -82,7 +82,7 @@ def train_tiny_mpp(tiny_model_config, tmp_path, cfg: TrainConfig, optimizer=None
     optimizer = optimizer(model) if optimizer else torch.optim.AdamW(model.parameters(), lr=cfg.lr, fused=True)
     dataset = build_dataset(DataConfig(), "train", image_size=16, channels=3, augment=True)
     model, optimizer = accelerator.prepare(model, optimizer)
-    batches = training_batches(accelerator, dataset, plan.micro_batch_size, plan.accumulation_steps, DataConfig(), 0)
+    batches = training_batches(accelerator, dataset, plan, DataConfig(), 0)
     metrics = train(TrainingRun(accelerator, model, optimizer, batches, plan, cfg, tmp_path, MPPRunConfig()))
     return model, optimizer, metrics
 
@@ -216,6 +216,6 @@ def test_the_loading_advice_counts_the_workers_the_run_loads_in():
     accelerator = Accelerator(cpu=USE_CPU)
     dataset = build_dataset(DataConfig(), "train", 16, channels=3, augment=False)
     for workers in (0, 2):
-        batches = training_batches(accelerator, dataset, 4, 1, DataConfig(num_workers=workers), seed=0)
+        batches = training_batches(accelerator, dataset, BatchPlan(4, 4, 1, 1), DataConfig(num_workers=workers), seed=0)
         assert f"load in more worker processes (data.num_workers, {workers} now)" in batches.loading_advice()
         batches.close()

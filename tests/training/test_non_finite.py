@@ -16,7 +16,8 @@ from mpp.config.runs import MPPRunConfig
 from mpp.config.training import TrainConfig
 from mpp.data.training_batches import TrainingBatches
 from mpp.training.checkpoint import list_checkpoints, read_step
-from mpp.training.engine import TrainingRun, plan_batches, train
+from mpp.data.batch_order import plan_batches
+from mpp.training.engine import TrainingRun, train
 from mpp.training.non_finite import NonFiniteGuard, NonFiniteStep
 
 

@@ -90,7 +90,8 @@ def test_the_loop_steps_each_group_at_the_scheduled_rate_times_its_scale(tmp_pat
 
     from mpp.config.runs import MPPRunConfig
     from mpp.data.training_batches import TrainingBatches
-    from mpp.training.engine import TrainingRun, plan_batches, train
+    from mpp.data.batch_order import plan_batches
+    from mpp.training.engine import TrainingRun, train
 
     class Linear(torch.nn.Module):
         def __init__(self) -> None:
