@@ -23,6 +23,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "cpu_only(reason): runs on the CPU by design; skipped with MPP_TEST_DEVICE=cuda")
     config.addinivalue_line("markers", "slow: launches a recipe or trains for more than a few seconds; the fast lane, "
                                        "pytest -m 'not slow', leaves it out")
+    config.addinivalue_line("markers", "many_runs: runs a grid of recipe runs (an experiment, a tool's whole plan), "
+                                       "minutes; collected first, so that over several workers the other tests fill "
+                                       "the time around it instead of waiting behind it")
     if TEST_DEVICE not in ("cpu", "cuda"):
         raise pytest.UsageError(f"MPP_TEST_DEVICE={TEST_DEVICE}: use cpu (the default) or cuda")
     if TEST_DEVICE == "cuda" and not torch.cuda.is_available():
@@ -30,6 +33,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.get_closest_marker("many_runs") is None)  # stable: otherwise in file order
     if TEST_DEVICE == "cpu":
         return
     for item in items:

@@ -76,6 +76,7 @@ def test_the_tables_give_each_arm_the_paired_differences_and_the_floors():
 
 
 @pytest.mark.slow
+@pytest.mark.many_runs
 def test_the_comparison_runs_end_to_end_on_folders_of_images_and_continues_without_rerunning(tmp_path):
     write_images(tmp_path / "images", 32, {"all": (200, 60, 40)})
     for split, count in (("train", 16), ("val", 8)):

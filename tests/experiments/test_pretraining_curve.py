@@ -126,6 +126,7 @@ def test_the_longest_pre_training_is_read_against_each_shorter_one_and_holm_coun
 
 
 @pytest.mark.slow
+@pytest.mark.many_runs
 def test_the_whole_curve_runs_writes_its_table_and_plot_and_a_rerun_redoes_nothing(tmp_path):
     preset = tmp_path / "curve.yaml"
     page = tmp_path / "results.md"

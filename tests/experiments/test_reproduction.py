@@ -418,6 +418,7 @@ def test_tables_only_rewrites_the_published_tables_plots_and_page_from_results_j
 
 
 @pytest.mark.slow
+@pytest.mark.many_runs
 def test_the_whole_experiment_runs_writes_its_table_and_plots_and_a_rerun_redoes_nothing(tmp_path):
     preset = tmp_path / "reproduce.yaml"
     output_dir, publish, page = tmp_path / "experiment", tmp_path / "published", tmp_path / "results.md"

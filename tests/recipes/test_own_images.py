@@ -67,6 +67,7 @@ def run_python(block: str, check: str, tmp_path: Path) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.many_runs
 def test_the_own_images_page_runs_end_to_end(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)  # the page's paths are the checkout's
     write_images(tmp_path / "data" / "my-images", 48, {"all": (200, 60, 40)})

@@ -15,7 +15,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from mpp.config.data import DataConfig
 from mpp.data.loading import build_dataset
 from mpp.raw_images import unit_interval
-from tests.launching import ROOT, TINY, launch
+from tests.launching import ROOT, TINY, launch, run_here
 
 pytestmark = pytest.mark.slow  # every test here launches a recipe or trains (pytest -m "not slow" leaves them out)
 
@@ -33,7 +33,7 @@ def tags(run_dir: Path) -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def mpp_run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("mpp") / "run"
-    launch(f"output_dir={run_dir}", *TINY, *MONITORED)
+    run_here(f"output_dir={run_dir}", *TINY, *MONITORED)
     return run_dir
 
 
@@ -66,7 +66,7 @@ def test_mpp_ends_by_scoring_the_trained_encoder_against_itself_at_initialisatio
     assert {"few_shot/final_trained", "few_shot/final_at_init"} <= set(tags(mpp_run)["scalars"])
     # With a learning rate too small to move a weight (1e-30 against weights of ~1e-2, whose float32 spacing is ~1e-9)
     # the trained encoder is the initial one: the two must agree, draw for draw.
-    launch(f"output_dir={tmp_path / 'still'}", *TINY, *MONITORED, "train.lr=1e-30")
+    run_here(f"output_dir={tmp_path / 'still'}", *TINY, *MONITORED, "train.lr=1e-30")
     still_trained, still_at_init = final_few_shot(tmp_path / "still")
     assert still_trained == still_at_init == at_init
     # A resumed run compares with the same initial encoder, not with the checkpoint it resumed from.
@@ -75,12 +75,12 @@ def test_mpp_ends_by_scoring_the_trained_encoder_against_itself_at_initialisatio
     for later in ("checkpoints/step_00000006", "export"):
         shutil.rmtree(resumed / later)
     (resumed / "metrics.json").unlink()
-    launch(f"output_dir={resumed}", *TINY, *MONITORED, "--resume")
+    run_here(f"output_dir={resumed}", *TINY, *MONITORED, "--resume")
     assert final_few_shot(resumed) == (trained, at_init)
 
 
 def test_a_monitored_run_trains_exactly_as_an_unmonitored_one(tmp_path, mpp_run):
-    launch(f"output_dir={tmp_path / 'plain'}", *TINY)
+    run_here(f"output_dir={tmp_path / 'plain'}", *TINY)
     monitored, plain = (load_file(run / "checkpoints" / "step_00000006" / "model.safetensors")
                         for run in (mpp_run, tmp_path / "plain"))
     assert monitored.keys() == plain.keys() and all(monitored[name].equal(plain[name]) for name in plain)
@@ -123,7 +123,7 @@ def test_each_protocol_reports_its_accuracy_and_shares_the_cached_features(tmp_p
 
 def test_two_processes_extract_the_features_one_does(tmp_path, mpp_run):
     common = [*ENCODER, *DATA, f"init={mpp_run}", "knn.k=5"]
-    launch(f"output_dir={tmp_path / 'one'}", *common, script=EVAL / "knn.py")
+    run_here(f"output_dir={tmp_path / 'one'}", *common, script=EVAL / "knn.py")
     launch(f"output_dir={tmp_path / 'two'}", *common, script=EVAL / "knn.py", processes=2)
     for name in ("train", "test"):
         one, two = (load_file(next((tmp_path / run / "features").glob(f"{name}-*.safetensors")))
@@ -137,8 +137,8 @@ def test_two_processes_extract_the_features_one_does(tmp_path, mpp_run):
 
 def test_the_inspection_command_writes_every_picture_it_promises(tmp_path, mpp_run):
     run_dir = tmp_path / "inspect"
-    launch(f"output_dir={run_dir}", f"init={mpp_run}", *ENCODER, "inspect.attention_images=6",
-           "inspect.rollout_images=3", script=EVAL / "inspect_encoder.py")
+    run_here(f"output_dir={run_dir}", f"init={mpp_run}", *ENCODER, "inspect.attention_images=6",
+             "inspect.rollout_images=3", script=EVAL / "inspect_encoder.py")
     pictures = ["patch_embedding_filters", "position_embedding_similarity", "mean_attention_distance",
                 "attention_rollout"]
     assert sorted(path.name for path in (run_dir / "pictures").iterdir()) == sorted(f"{p}.png" for p in pictures)
@@ -156,7 +156,7 @@ def test_an_init_that_does_not_fit_is_refused_before_anything_is_written(tmp_pat
 
 def test_an_init_run_sets_the_architecture_over_the_presets(tmp_path, mpp_run):
     # eval_tiny_cpu.yaml's encoder is 4 blocks of width 64; the run's, 2 of 32: the run's is the one evaluated
-    launch(f"output_dir={tmp_path / 'run'}", f"init={mpp_run}", *DATA, "knn.k=5", script=EVAL / "knn.py")
+    run_here(f"output_dir={tmp_path / 'run'}", f"init={mpp_run}", *DATA, "knn.k=5", script=EVAL / "knn.py")
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["init"] == str(mpp_run)
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.launching import ROOT, TINY, launch, write_two_noise_classes
+from tests.launching import ROOT, TINY, launch, run_here, write_two_noise_classes
 
 pytestmark = pytest.mark.slow  # every test here launches a recipe or trains (pytest -m "not slow" leaves them out)
 
@@ -31,16 +31,16 @@ def folders(tmp_path_factory) -> list[str]:
 @pytest.fixture(scope="module")
 def mpp_run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("mpp") / "run"
-    launch(f"output_dir={run_dir}", *TINY)
+    run_here(f"output_dir={run_dir}", *TINY)
     return run_dir
 
 
 @pytest.fixture(scope="module")
 def supervised_run(tmp_path_factory, folders) -> Path:
     run_dir = tmp_path_factory.mktemp("supervised") / "run"
-    launch(f"output_dir={run_dir}", *TINY, *folders, "monitor.few_shot_every=3", "monitor.few_shot_shots=2",
-           "monitor.few_shot_holdout_per_class=2", "monitor.few_shot_test_per_class=5", "classifier.head=mlp",
-           script=SUPERVISED)  # the paper's pre-training head (the preset's is linear)
+    run_here(f"output_dir={run_dir}", *TINY, *folders, "monitor.few_shot_every=3", "monitor.few_shot_shots=2",
+             "monitor.few_shot_holdout_per_class=2", "monitor.few_shot_test_per_class=5", "classifier.head=mlp",
+             script=SUPERVISED)  # the paper's pre-training head (the preset's is linear)
     return run_dir
 
 
@@ -76,8 +76,8 @@ def test_fine_tuning_an_mpp_run_at_a_higher_resolution(mpp_run, folders, tmp_pat
 def test_fine_tuning_learns_classes_that_the_brightness_separates(mpp_run, folders, tmp_path):
     """A recipe that mis-paired images and labels, or never stepped, would stay near chance (50%) here."""
     run_dir = tmp_path / "learns"
-    launch(f"output_dir={run_dir}", f"init={mpp_run}", *TINY, *folders, "train.steps=40", "train.lr=0.1",
-           "train.warmup_steps=4", "train.checkpoint_every=40", script=FINETUNE)
+    run_here(f"output_dir={run_dir}", f"init={mpp_run}", *TINY, *folders, "train.steps=40", "train.lr=0.1",
+             "train.warmup_steps=4", "train.checkpoint_every=40", script=FINETUNE)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["test_accuracy"] >= 0.9 and metrics["train_accuracy"] >= 0.9, metrics
 
@@ -100,9 +100,9 @@ def test_the_fine_tuning_model_starts_from_every_encoder_tensor_of_the_mpp_run(m
 
 def test_a_sweep_picks_the_best_held_out_learning_rate_then_trains_on_everything(supervised_run, folders, tmp_path):
     run_dir = tmp_path / "sweep"
-    launch(f"output_dir={run_dir}", f"init={supervised_run / 'export'}", *TINY, *folders,
-           "finetune.sweep_lrs=[0.001,0.1]", "finetune.sweep_holdout_fraction=0.25", "finetune.ema_decay=0.5",
-           script=FINETUNE)
+    run_here(f"output_dir={run_dir}", f"init={supervised_run / 'export'}", *TINY, *folders,
+             "finetune.sweep_lrs=[0.001,0.1]", "finetune.sweep_holdout_fraction=0.25", "finetune.ema_decay=0.5",
+             script=FINETUNE)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     sweep = metrics["sweep_holdout_accuracy"]
     assert set(sweep) == {"0.001", "0.1"} and metrics["chosen_lr"] == float(max(sweep, key=sweep.get))
@@ -113,17 +113,17 @@ def test_a_sweep_picks_the_best_held_out_learning_rate_then_trains_on_everything
     assert metrics["lr"] == metrics["chosen_lr"]
     # Scored by balanced accuracy (unbalanced classes), each point's own figure is what is compared.
     balanced = tmp_path / "balanced"
-    launch(f"output_dir={balanced}", f"init={supervised_run / 'export'}", *TINY, *folders,
-           "finetune.sweep_lrs=[0.001,0.1]", "finetune.sweep_holdout_fraction=0.25",
-           "finetune.sweep_score=balanced_accuracy",
-           script=FINETUNE)
+    run_here(f"output_dir={balanced}", f"init={supervised_run / 'export'}", *TINY, *folders,
+             "finetune.sweep_lrs=[0.001,0.1]", "finetune.sweep_holdout_fraction=0.25",
+             "finetune.sweep_score=balanced_accuracy",
+             script=FINETUNE)
     by_balanced = json.loads((balanced / "metrics.json").read_text())["sweep_holdout_balanced_accuracy"]
     assert by_balanced == {lr: json.loads((balanced / "sweep" / f"lr_{lr}" / "metrics.json").read_text())[
         "holdout_balanced_accuracy"] for lr in ("0.001", "0.1")}
     # Another seed at the rate this one chose (a reproduction's tune_once), without a sweep of its own.
     reused = tmp_path / "reused"
-    launch(f"output_dir={reused}", f"init={supervised_run / 'export'}", *TINY, *folders, "seed=1",
-           f"finetune.lr_from={run_dir}", script=FINETUNE)
+    run_here(f"output_dir={reused}", f"init={supervised_run / 'export'}", *TINY, *folders, "seed=1",
+             f"finetune.lr_from={run_dir}", script=FINETUNE)
     assert json.loads((reused / "metrics.json").read_text())["lr"] == metrics["chosen_lr"]
     assert not (reused / "sweep").exists()
     # A run that chose nothing (no sweep) has no rate to give: refused before anything is written.
@@ -137,7 +137,7 @@ def test_a_sweep_picks_the_best_held_out_learning_rate_then_trains_on_everything
 def test_a_resumed_fine_tuning_run_ends_with_the_uninterrupted_weights_and_average(folders, tmp_path):
     straight = tmp_path / "straight"
     args = [*TINY, *folders, "finetune.ema_decay=0.5"]
-    launch(f"output_dir={straight}", *args, script=FINETUNE)  # from scratch: the baseline
+    run_here(f"output_dir={straight}", *args, script=FINETUNE)  # from scratch: the baseline
     interrupted = tmp_path / "interrupted"
     shutil.copytree(straight, interrupted)  # as if stopped right after the step-3 checkpoint
     shutil.rmtree(interrupted / "checkpoints" / "step_00000006")

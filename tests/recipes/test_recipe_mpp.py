@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from mpp.config.model import ModelConfig
 from mpp.models.encoder import create_encoder
-from tests.launching import RECIPE, TINY, launch
+from tests.launching import RECIPE, TINY, launch, run_here
 
 pytestmark = pytest.mark.slow  # every test here launches a recipe or trains (pytest -m "not slow" leaves them out)
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow  # every test here launches a recipe or trains (py
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("recipe") / "run"
-    launch(f"output_dir={run_dir}", *TINY)
+    run_here(f"output_dir={run_dir}", *TINY)
     return run_dir
 
 
@@ -130,7 +130,7 @@ def test_a_compiled_run_checkpoints_the_eager_model_and_resumes_exactly(run, tmp
     assert straight.keys() == load_file(run / "checkpoints" / "step_00000006" / "model.safetensors").keys()
     for later in ("checkpoints/step_00000006", "export", "metrics.json"):
         shutil.rmtree(compiled / later) if (compiled / later).is_dir() else (compiled / later).unlink()
-    launch(f"output_dir={compiled}", *TINY, "train.compile=true", "--resume")
+    run_here(f"output_dir={compiled}", *TINY, "train.compile=true", "--resume")
     resumed = load_file(compiled / "checkpoints" / "step_00000006" / "model.safetensors")
     assert all(torch.equal(straight[key], resumed[key]) for key in straight)
 

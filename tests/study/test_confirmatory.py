@@ -119,6 +119,7 @@ def test_the_tables_give_no_accuracy_until_every_registered_seed_is_recorded(tmp
 
 
 @pytest.mark.slow
+@pytest.mark.many_runs
 def test_a_whole_test_records_each_seed_as_it_finishes_and_continued_runs_only_the_seeds_not_recorded(tmp_path):
     published, page = tmp_path / "published", tmp_path / "results.md"
     page.write_text("# Title\n<!-- results: confirm -->\n<!-- /results: confirm -->\n")
@@ -161,6 +162,7 @@ def test_a_whole_test_records_each_seed_as_it_finishes_and_continued_runs_only_t
 
 
 @pytest.mark.slow
+@pytest.mark.many_runs
 def test_the_gpu_test_dry_run_tunes_on_its_tuning_seed_times_its_runs_and_runs_only_the_seeds_that_fit(tmp_path):
     # The GPU preset itself, its encoder and batches shrunk for a CPU and every run cut to 2 steps.
     settings = yaml.safe_load((ROOT / "study" / "configs" / "confirm_fashion_mnist_gpu.yaml").read_text())

@@ -32,6 +32,7 @@ def test_without_cuda_it_refuses_in_one_line(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.many_runs
 def test_the_dry_run_goes_through_every_stage_and_writes_json_and_markdown(tmp_path):
     out = tmp_path / "out"
     # The reproduction stopped at a time limit first, as a GPU's command may stop it: the whole dry run continues it.
