@@ -121,7 +121,7 @@ def gpu_plan() -> Plan:
                 run_args=("--compile", "--epoch-steps", "8", "50", "--steps", "150", "--repeats", "1"),
                 # The fast lane (the whole suite is CPU-bound recipe launches) over 8 of the cores: in one process it
                 # ran 572 tests in 150 s on an H200's machine.
-                tests=("-n", "8", "--dist", "loadfile", "-m", "not slow", "tests"),
+                tests=("-n", "8", "--dist", "loadgroup", "-m", "not slow", "tests"),
                 reproductions=REPRODUCTIONS, reproduce_args=(),
                 limits_s={"tests": 180, "step": 300, "run": 360, "pretrain": 240, "loader": 120, "fsdp": 120,
                           "profile": 150, "reproduce": 540})
@@ -139,7 +139,7 @@ def dry_run_plan() -> Plan:
                 pretrain=tiny, stop_after_s=3,
                 loader_args=("--workers", "0", "--seconds", "0.2", "--imagenet-images", "8", "--rounds", "1"),
                 run_args=("--epoch-steps", "2", "4", "--steps", "6", "--repeats", "1"),
-                tests=("-n", "2", "--dist", "loadfile", "tests/training/test_schedule.py",
+                tests=("-n", "2", "--dist", "loadgroup", "tests/training/test_schedule.py",
                        "tests/training/test_checkpoint.py", "tests/recipes/test_multi_process.py",
                        "-k", "schedule or keep_the_newest or fsdp-1-on-cpu"),
                 reproductions=REPRODUCTIONS[:1], reproduce_args=TOY_REPRODUCTION,

@@ -39,6 +39,7 @@ from mpp.experiments.reproduction_plots import finetune_plot_figures, monitor_pl
 from mpp.experiments.reproduction_tables import holm_cell, primary_record, results_table, rows_at_chance
 from mpp.experiments.runner import Run, RunFailed, claim_experiment, execute, finished_widenings, widened_grid
 from tests.launching import ROOT
+from tools.gpu import PLAN_COSTS, dry_run_plan, reproduce_stage
 
 CONFIGS = ROOT / "recipes" / "configs"
 TINY_PRESETS = {"mpp_preset": "mpp_tiny_cpu.yaml", "supervised_preset": "supervised_tiny_cpu.yaml",
@@ -419,21 +420,38 @@ def test_tables_only_rewrites_the_published_tables_plots_and_page_from_results_j
 
 @pytest.mark.slow
 @pytest.mark.many_runs
-def test_the_whole_experiment_runs_writes_its_table_and_plots_and_a_rerun_redoes_nothing(tmp_path):
-    preset = tmp_path / "reproduce.yaml"
-    output_dir, publish, page = tmp_path / "experiment", tmp_path / "published", tmp_path / "results.md"
+def test_the_whole_experiment_stopped_and_continued_by_the_gpu_commands_stage_writes_its_table_and_plots(tmp_path):
+    """The toy reproduction, run once, by the GPU command's reproduce stage (tools/gpu.py) as a GPU runs its own:
+    its plan's cost first, then the experiment, stopped at the stage's time limit and continued by the stage run
+    again; then once more, finding every run finished. On Fashion-MNIST, where the stage reads its data."""
+    preset = tmp_path / "experiment.yaml"  # the stage runs it in work/experiment: the page's section "experiment"
+    publish, page = tmp_path / "published", tmp_path / "results.md"
     page.write_text("# Title\n<!-- results: experiment -->\nold table\n<!-- /results: experiment -->\nthe end\n")
-    preset.write_text(yaml.safe_dump({**TINY, "seeds": [0], "output_dir": str(output_dir),
-                                      "publish_dir": str(publish), "results_page": str(page)}))
-    command = [sys.executable, str(ROOT / "recipes" / "reproduce.py"), "--config", str(preset)]
-    # A guard against a hang, not a speed limit: about 460 s alone, and CI's slow lane runs another reproduction
-    # (tools/gpu.py's dry run) and the XLA lane beside it on two cores.
-    result = subprocess.run(command, capture_output=True, text=True, timeout=1200)
-    assert result.returncode == 0, result.stderr[-3000:]
+    preset.write_text(yaml.safe_dump({**TINY, "seeds": [0], "publish_dir": str(publish), "results_page": str(page)}))
+    name, out, work = preset.stem, tmp_path / "out", tmp_path / "work"
+    output_dir = work / name
+    out.mkdir()
+    work.mkdir()
+    plan = dataclasses.replace(dry_run_plan(), reproductions=(str(preset),), reproduce_args=())
+    # Stopped first, as a GPU's command may be stopped: after 40 s some runs are done and some are not (about 200 s
+    # in all alone; CI's slow lane and the XLA lane run beside it).
+    stopped = reproduce_stage(dataclasses.replace(plan, limits_s={"reproduce": 40}), out, work)
+    assert stopped["status"] == "stopped" and "run the stage again to continue" in stopped["why"]
     runs = (len(PAPER_ROWS) * ROW_RUNS + sum(1 for row in PAPER_ROWS if row.pretraining) + BASELINE_RUNS["seed"]
             + BASELINE_RUNS["once"])
-    assert f"{runs} runs, 0 already finished" in result.stderr
+    assert stopped[name]["runs"] == runs and 0 < stopped[name]["finished"] < runs
+    cost = stopped[PLAN_COSTS][name]  # recorded before the runs
+    assert cost["seeds"] == 1 and {stage["stage"] for stage in cost["stages"]} >= {"pre-training (MPP)", "fine-tuning"}
+    # A guard against a hang, not a speed limit.
+    passed = reproduce_stage(dataclasses.replace(plan, limits_s={"reproduce": 1200}), out, work)
+    assert passed["status"] == "passed", (out / "reproduce.log").read_text()[-3000:]
+    assert passed[PLAN_COSTS] == stopped[PLAN_COSTS]
+    log = (out / "reproduce.log").read_text()
+    (total, first), (total_again, before) = re.findall(r"(\d+) runs, (\d+) already finished", log)
+    assert (total, first, total_again) == (str(runs), "0", str(runs)) and 0 < int(before) < runs
+
     table = (output_dir / "results.md").read_text()
+    assert (out / f"{name}.md").read_text() == table
     for row in PAPER_ROWS:
         # accuracy, the learning rate its seed used, the few-shot accuracies; then balanced accuracy; both readouts
         assert re.search(rf"\| {re.escape(row.label)} \| [\d.]+ ± 0\.0 \| [\d.e-]+ x1 \| [\d.]+ ± 0\.0 \| "
@@ -443,6 +461,8 @@ def test_the_whole_experiment_runs_writes_its_table_and_plots_and_a_rerun_redoes
     assert re.search(rf"\n{runs} runs, 2 at a time, in \d+ min of wall time", table)
     results = json.loads((output_dir / "results.json").read_text())
     assert results["runs"] == runs
+    figures = passed[name]  # the stage's summary of it
+    assert figures["seeds"] == 1 and set(figures["fine_tuned"]) == {row.label for row in PAPER_ROWS}
     curve = results["rows"]["mpp-colour-50"]["few_shot_during_pretraining"]["0"]
     assert [images for images, _ in curve] == [0, 16, 32]  # before the first step and every 2 steps of 8 images
     assert results["rows"]["scratch"]["few_shot_during_pretraining"] == {}
@@ -453,16 +473,17 @@ def test_the_whole_experiment_runs_writes_its_table_and_plots_and_a_rerun_redoes
     assert re.search(r"\| MPP, 3-bit mean colour, 50% \| [\d.]+ ± 0\.0 \| [\d.]+ ± 0\.0 \| [\d.]+ ± 0\.0 \| "
                      r"[\d.]+ ± 0\.0 \|\n", table)
     assert len(results["rows"]["scratch"]["finetune_per_class_accuracy"][0]) == 10
-    assert results["pixels"]["labelled_images"] == 40 and results["pixels"]["all_images"] == 50_000
-    assert results["classes"] == 10 and 0.1 <= results["majority_class_accuracy"] < 0.2  # shapes: balanced
+    assert results["pixels"]["labelled_images"] == 40 and results["pixels"]["all_images"] == 60_000
+    assert results["classes"] == 10 and results["majority_class_accuracy"] == 0.1  # Fashion-MNIST's test: balanced
     for plot in ("finetune_accuracy.png", "few_shot_during_pretraining.png"):
         assert (output_dir / plot).read_bytes().startswith(b"\x89PNG")
         assert (publish / plot).read_bytes() == (output_dir / plot).read_bytes()
     assert page.read_text() == ("# Title\n<!-- results: experiment -->\n" + table
                                 + "<!-- /results: experiment -->\nthe end\n")
-    again = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0 and f"{runs} runs, {runs} already finished" in again.stderr
-    assert "start " not in again.stderr
+    again = reproduce_stage(plan, out, work)
+    assert again["status"] == "passed"
+    third = (out / "reproduce.log").read_text()[len(log):]
+    assert f"{runs} runs, {runs} already finished" in third and "start " not in third
 
 
 def test_a_results_page_without_its_results_section_is_refused_before_any_run(tmp_path):
