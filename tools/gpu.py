@@ -21,7 +21,7 @@ them), its output in ``<dir>/<stage>.log``:
 - ``profile``: where the step's time goes, supervised and MPP, by ``python -m mpp.benchmark.step_profile``;
 - ``reproduce``: the Fashion-MNIST reproductions at a GPU's scale (``recipes/reproduce.py``: the pre-registered
   family's all-label comparison first, then 100 labels per class), read from ``--fashion-mnist``, each plan's cost
-  (``python -m mpp.experiments.cost``) recorded before they run; stopped at its time limit, the stage run again
+  (``python -m study.cost``) recorded before they run; stopped at its time limit, the stage run again
   continues them.
 
 It writes ``<dir>/gpu_acceptance.json`` and ``<dir>/gpu_acceptance.md``; ``--stages`` runs some of them, adding to
@@ -452,7 +452,7 @@ def reproduce_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
     for preset in plan.reproductions:
         name = Path(preset).stem
         table = work / f"cost-{name}.json"
-        outcome = run(plan, [sys.executable, "-m", "mpp.experiments.cost", "--config", preset,
+        outcome = run(plan, [sys.executable, "-m", "study.cost", "--config", preset,
                              *reproduction_overrides(plan, work / name), "--json", str(table)],
                       out / "reproduce.log", max(1.0, deadline - time.monotonic()))
         if outcome.returncode != 0:

@@ -1,4 +1,4 @@
-"""A reproduction's plan cost (mpp.experiments.cost): the images each stage trains on, counted by hand on a tiny plan,
+"""A reproduction's plan cost (study.cost): the images each stage trains on, counted by hand on a tiny plan,
 and the time a measured step gives them; and the GPU presets as the pre-registration plans them: the scratch row
 trained as long as MPP, the learning-rate grid and its validation slice, the seeds from the power analysis."""
 
@@ -14,7 +14,7 @@ from mpp.config.building import build_config
 from mpp.errors import ConfigError
 from mpp.evaluation.statistics import paired_t_power, seeds_for_power
 from mpp.experiments.config import ReproductionConfig
-from mpp.experiments.cost import (
+from study.cost import (
     H100_PER_H200,
     H200_MEASURED_STEPS,
     NO_MEASURED_STEP,
@@ -207,7 +207,7 @@ def test_a_gpu_preset_pre_trains_the_registered_length(name, monkeypatch):
 def test_the_performance_page_shows_each_gpu_presets_cost_as_the_command_prints_it(monkeypatch):
     page = (ROOT / "docs" / "performance.md").read_text()
     for name in GPU_PRESETS:
-        command = f"python -m mpp.experiments.cost --config recipes/configs/{name}"
+        command = f"python -m study.cost --config recipes/configs/{name}"
         table = "\n".join(line for line in cost_table(gpu_preset(name, monkeypatch)).splitlines()
                           if line.startswith("|"))
         assert f"```\n{command}\n```\n\n{table}\n" in page, name

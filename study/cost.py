@@ -1,7 +1,7 @@
 """What a reproduction's plan costs before it runs: the training images each stage processes, and their time on one
 H100 where a measured training step applies to the stage's encoder.
 
-    python -m mpp.experiments.cost --config recipes/configs/reproduce_fashion_mnist_gpu.yaml [key=value ...]
+    python -m study.cost --config recipes/configs/reproduce_fashion_mnist_gpu.yaml [key=value ...]
         [--json FILE]
 
 A training is its optimizer steps x its global batch in images. Pre-training: each pre-trained row once per seed.
