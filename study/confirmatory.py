@@ -18,7 +18,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from mpp.command_line import run_recipe
 from mpp.config.building import build_config
@@ -27,7 +27,7 @@ from mpp.errors import ConfigError
 from mpp.evaluation.statistics import PairedDifference, paired_difference, student_t_two_sided_p
 from mpp.experiments.class_balance import class_balance
 from mpp.experiments.config import ExperimentConfig
-from mpp.experiments.curve import last_fifths_training_accuracy
+from study.curve import last_fifths_training_accuracy
 from mpp.experiments.publishing import check_section, markdown_table, mean_std, percent, replace_section
 from mpp.experiments.runner import Run, claim_experiment, execute, recipe_command
 from mpp.run.directory import read_metrics, write_whole
@@ -53,6 +53,10 @@ class Arm:
 @dataclass
 class ConfirmatoryConfig(ExperimentConfig):
     """study/confirmatory.py: the registered test (``registration`` names where it is written down)."""
+
+    # Continued on a lent machine, its time there may differ.
+    FREE_ON_CONTINUE: ClassVar[tuple[str, ...]] = (*ExperimentConfig.FREE_ON_CONTINUE, "time_budget_minutes",
+                                                   "timing_steps", "cost_only")
 
     output_dir: str = "runs/confirm"
     registration: str = ""  # the text that fixed every setting below before any test seed ran

@@ -17,12 +17,13 @@ from mpp.config.runs import (
 )
 from mpp.config.data import SOURCE_KINDS
 from mpp.config.building import build_config, config_keys, config_to_dict, parse_command_line
-from mpp.experiments.config import PretrainingCurveConfig, ReproductionConfig
+from mpp.experiments.config import ReproductionConfig
 from mpp.errors import ConfigError
+from study.curve_config import PretrainingCurveConfig
 
 PRESETS = sorted(path for path in (Path(__file__).parents[1] / "recipes" / "configs").glob("*.yaml")
                  if not path.stem.startswith(("reproduce_", "curve_", "compare_")))
-# the experiments' presets: test_reproduction.py, test_pretraining_curve.py, test_comparison.py
+# the experiments' presets: test_reproduction.py, tests/study/test_curve.py, test_comparison.py
 
 
 def test_dotted_overrides_are_typed_by_the_field():

@@ -33,7 +33,7 @@ import yaml
 from mpp.benchmark.training_step import measure_interleaved
 from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig, SupervisedRunConfig
 from mpp.config.building import build_config
-from mpp.experiments.config import ComparisonConfig, PretrainingCurveConfig, ReproductionConfig
+from mpp.experiments.config import ComparisonConfig, ReproductionConfig
 from mpp.experiments.reproduction_tables import headline
 from mpp.models.encoder import count_parameters, create_encoder
 from mpp.run.directory import write_whole
@@ -129,8 +129,7 @@ def preset_row(preset: Path, max_tokens: int, estimate_batch: int, repeats: int,
                      step_time, peak, header_field(text, "Reaches"))
 
 
-EXPERIMENTS = {"reproduce": ReproductionConfig, "curve": PretrainingCurveConfig,
-               "compare": ComparisonConfig}  # presets of whole experiments
+EXPERIMENTS = {"reproduce": ReproductionConfig, "compare": ComparisonConfig}  # presets of whole experiments
 
 
 def is_experiment(preset: Path) -> bool:
@@ -150,21 +149,11 @@ def experiment_row(preset: Path, published: Path = Path("results")) -> str:
     if not results.is_file():
         return f"| `{preset.name}` | {purpose} | {len(run.seeds)} | not run | - |"
     measured = json.loads(results.read_text())
-    if kind == "curve" and "finetuned" in measured:  # the fine-tuned gain is what such a curve is for
-        epochs, longest = list(measured["finetuned"].items())[-1]
-        summary = (f"fine-tuned test balanced accuracy after {epochs} epochs, mean ± SD over the seeds: from MPP: "
-                   f"{mean_and_sd(longest['finetune']['balanced_accuracy'])}; from scratch as long: "
-                   f"{mean_and_sd(longest['scratch']['balanced_accuracy'])}")
-    elif kind == "curve":
-        ends = {epochs: measured["curve"][epochs]["linear_probe"] for epochs in ("0", list(measured["curve"])[-1])}
-        summary = ("linear probe accuracy, mean ± SD over the seeds: "
-                   + "; ".join(f"{epochs} epochs: {mean_and_sd(values)}" for epochs, values in ends.items()))
-    else:
-        figure = headline(measured)  # balanced accuracy where recorded: the figure the claims read
-        summary = (f"fine-tuned test {'balanced ' * (figure == 'finetune_balanced_accuracy')}accuracy, mean ± SD over "
-                   "the seeds: " + "; ".join(f"{row['label']}: {mean_and_sd(row[figure])}"
-                                             for key, row in measured["rows"].items()
-                                             if key in ("scratch", "mpp-colour-50", "supervised")))
+    figure = headline(measured)  # balanced accuracy where recorded: the figure the claims read
+    summary = (f"fine-tuned test {'balanced ' * (figure == 'finetune_balanced_accuracy')}accuracy, mean ± SD over "
+               "the seeds: " + "; ".join(f"{row['label']}: {mean_and_sd(row[figure])}"
+                                         for key, row in measured["rows"].items()
+                                         if key in ("scratch", "mpp-colour-50", "supervised")))
     return (f"| `{preset.name}` | {purpose} | {len(measured['seeds'])} | "
             f"{measured['wall_seconds'] / 60:.0f} min | {summary} ([`{results}`](../{results})) |")
 
@@ -194,8 +183,7 @@ at.
 ## Reproductions
 
 `python recipes/reproduce.py --config recipes/configs/reproduce_<preset>` runs a grid of the presets above over
-seeds, and `python recipes/pretraining_curve.py --config recipes/configs/curve_<preset>` reads MPP's encoder frozen
-as its pre-training grows ([Results](results.md)), and `python recipes/compare.py --config
+seeds ([Results](results.md)), and `python recipes/compare.py --config
 recipes/configs/compare_<preset>` compares MPP with random weights and raw pixels on your own images
 ([Your own images](own-images.md)); the wall time is that of the whole experiment on this project's 2-core machine,
 from its `results.json`. No load average was recorded; [Results](results.md) says, where it is known, whether an

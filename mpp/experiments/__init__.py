@@ -1,3 +1,3 @@
 """Experiments over the recipes: grids of ordinary recipe runs, run as subprocesses (``runner``), read into tables
-and plots and published (``publishing``). Two experiments: the paper's MPP claims (``reproduction``) and frozen
-features as pre-training grows (``pretraining_curve``); their configs are in ``config``."""
+and plots and published (``publishing``): the paper's MPP claims (``reproduction``) and what MPP buys on your own
+images (``comparison``); their configs are in ``config``."""

@@ -140,30 +140,21 @@ class RunFailed(RunError):
     """A run of the grid exited with an error."""
 
 
-# Settings an experiment may change when continued: which seeds (each seed's runs are independent of the others', so
-# an experiment at 3 seeds grows to 5 by running again with 5), a pre-training curve's lengths read (each reads
-# checkpoints of the same runs, whose length, pretraining_epochs, is fixed), a curve's longer fine-tuning (runs of its
-# own), how many runs at once, where results are published, and a confirmatory test's time on a lent machine.
-FREE_TO_CHANGE = ("seeds", "epochs", "parallel_runs", "publish_dir", "results_page", "tables_only", "chance_margin",
-                  "longer_finetune_steps", "time_budget_minutes", "timing_steps", "cost_only")
-
-
-def fixed_settings(settings: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
-    """An experiment's settings less those it may change when continued; a setting added to the package since the
-    experiment started reads as its default."""
-    return {key: value for key, value in {**defaults, **settings}.items() if key not in FREE_TO_CHANGE}
+def fixed_settings(settings: dict[str, Any], defaults: dict[str, Any], free: tuple[str, ...]) -> dict[str, Any]:
+    """An experiment's settings less those it may change when continued (``free``); a setting added to the package
+    since the experiment started reads as its default."""
+    return {key: value for key, value in {**defaults, **settings}.items() if key not in free}
 
 
 def claim_experiment(cfg: ExperimentConfig) -> Path:
     """``output_dir`` for this experiment: new, or holding one with the same settings (to continue it)."""
     output_dir = Path(cfg.output_dir)
     plan = output_dir / PLAN_FILE
-    settings, defaults = config_to_dict(cfg), config_to_dict(type(cfg)())
-    if plan.is_file() and (fixed_settings(yaml.safe_load(plan.read_text()), defaults)
-                           != fixed_settings(settings, defaults)):
+    settings, defaults, free = config_to_dict(cfg), config_to_dict(type(cfg)()), cfg.FREE_ON_CONTINUE
+    if plan.is_file() and (fixed_settings(yaml.safe_load(plan.read_text()), defaults, free)
+                           != fixed_settings(settings, defaults, free)):
         raise ConfigError(f"output_dir {output_dir} holds an experiment with other settings ({plan}); choose another "
-                          f"output_dir, or delete that one to start again (only {', '.join(FREE_TO_CHANGE)} may "
-                          "change)")
+                          f"output_dir, or delete that one to start again (only {', '.join(free)} may change)")
     if not plan.is_file() and output_dir.is_dir() and any(output_dir.iterdir()):
         raise ConfigError(f"output_dir {output_dir} is not empty and holds no {PLAN_FILE}; choose another output_dir")
     (output_dir / "console").mkdir(parents=True, exist_ok=True)

@@ -207,21 +207,6 @@ def test_an_experiments_row_gives_balanced_accuracy_where_its_results_record_it(
         experiment_row(preset, tmp_path)
 
 
-def test_a_fine_tuned_curves_row_gives_mpp_against_scratch_at_its_longest_length(tmp_path):
-    from tools.presets import experiment_row
-
-    preset = Path("recipes/configs/curve_openclipart_finetuned_cpu.yaml")
-    results = tmp_path / "curve-openclipart-finetuned-cpu" / "results.json"
-    results.parent.mkdir(parents=True)
-    length = {"finetune": {"balanced_accuracy": [0.40, 0.42]}, "scratch": {"balanced_accuracy": [0.30, 0.30]}}
-    results.write_text(json.dumps({"seeds": [0, 1], "wall_seconds": 1200, "curve": {}, "finetuned": {
-        "1": {"finetune": {"balanced_accuracy": [0.1, 0.1]}, "scratch": {"balanced_accuracy": [0.1, 0.1]}},
-        "30": length}}))
-    assert experiment_row(preset, tmp_path).endswith(
-        "| 2 | 20 min | fine-tuned test balanced accuracy after 30 epochs, mean ± SD over the seeds: from MPP: "
-        f"41.0 ± 1.4%; from scratch as long: 30.0 ± 0.0% ([`{results}`](../{results})) |")
-
-
 def test_the_presets_table_times_a_preset_and_lists_every_one(tmp_path):
     from tools import presets
 

@@ -40,11 +40,12 @@ import pytest
 
 from mpp.config.building import build_config
 from mpp.evaluation.statistics import describe_difference, paired_difference
-from mpp.experiments.config import PretrainingCurveConfig, ReproductionConfig
-from mpp.experiments.curve import pretraining_curve
+from mpp.experiments.config import ReproductionConfig
 from mpp.experiments.publishing import percent
 from mpp.experiments.reproduction import reproduce
 from study.confirmatory import ConfirmatoryConfig, confirmatory_test
+from study.curve import pretraining_curve
+from study.curve_config import PretrainingCurveConfig
 from tests.test_docs import FRONT_PAGE_EXPERIMENTS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,5 +1,10 @@
 """Frozen-feature quality as MPP pre-training grows: the first thing a reader asks of a self-supervised method.
 
+    python -m study.curve [--config study/configs/curve_<preset>.yaml] [key=value ...]
+
+Writes results.md, results.json and pretraining_curve.png to output_dir (and to publish_dir and results_page's
+section, where set); running the command again continues a stopped curve.
+
 Per seed, one MPP pre-training run of ``pretraining_epochs`` epochs keeps a checkpoint at every epoch; the encoder at
 initialisation (the same seed's random encoder) and at each epoch of ``epochs`` are read frozen, by the linear probe
 fitted to every training label and by few-shot ridge regression, through ``features`` (by default the mean of the
@@ -11,7 +16,8 @@ because a fine-tuned gain alone does not say why it is absent, what fine-tuning 
 per block, the linear CKA of its features with MPP's own and with the scratch ViT's, and how far the weights moved.
 
 The runs are subprocesses of the recipes (``mpp.experiments.runner``), continued by running the same command again,
-with ``tables_only`` to rewrite the tables from results.json.
+with ``tables_only`` to rewrite the tables from results.json. Part of this package's own study (``study/``), beside
+the library: it uses ``mpp`` and is never imported by it.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Any, Optional
 
 from timm.models.vision_transformer import VisionTransformer
 
+from mpp.command_line import run_recipe
 from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig
 from mpp.config.building import build_config
 from mpp.data.batch_order import steps_per_epoch
@@ -31,7 +38,6 @@ from mpp.errors import ConfigError
 from mpp.evaluation.representation_similarity import block_similarity, relative_weight_change
 from mpp.evaluation.statistics import describe_difference, paired_difference
 from mpp.experiments.class_balance import class_balance
-from mpp.experiments.config import PretrainingCurveConfig
 from mpp.experiments.reproduction_tables import GRID_EDGE, learning_rates
 from mpp.experiments.publishing import (Comparison, copy_to_publish_dir, holm_summary, mean_std, percent,
                                         publish_table)
@@ -41,9 +47,11 @@ from mpp.models.encoder import InputNormalisation, create_encoder
 from mpp.models.pretrained import fine_tuning_encoder, read_pretrained
 from mpp.private_apis import saved_model_file
 from mpp.run.directory import logged_scalars, read_metrics
+from mpp.run.session import configure_logging
 from mpp.training.checkpoint import checkpoint_path
+from study.curve_config import PretrainingCurveConfig
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("study.curve")  # not __main__ when run with -m
 PIXELS = "pixels"
 MODEL_FILE = saved_model_file(0)  # the model's weights in an accelerate checkpoint
 LONGER = "finetune-longer"  # the runs of ``longer_finetune_steps``
@@ -548,3 +556,13 @@ def pretraining_curve(cfg: PretrainingCurveConfig, repository: Path) -> dict[str
     return run_experiment(cfg, lambda: plan_runs(cfg, repository, epoch_steps()),
                           lambda: collect_results(cfg, epoch_steps()) | {"steps_per_epoch": epoch_steps()},
                           lambda results, folder: publish(cfg, results, folder))
+
+
+def main(cfg: PretrainingCurveConfig) -> None:
+    configure_logging()
+    pretraining_curve(cfg, Path(__file__).resolve().parents[1])  # the checkout whose recipes it runs
+
+
+if __name__ == "__main__":
+    run_recipe(main, PretrainingCurveConfig, Path(__file__).parent / "configs" / "curve_fashion_mnist_cpu.yaml",
+               description=__doc__)

@@ -1,4 +1,4 @@
-"""The pre-training curve (recipes/pretraining_curve.py): the runs it plans (one MPP run per seed, every length read
+"""The pre-training curve (python -m study.curve): the runs it plans (one MPP run per seed, every length read
 from that run's checkpoints, the raw pixels once), the table it writes from results.json (gains over initialisation
 with 95% intervals), and the whole experiment end to end on tiny runs."""
 
@@ -17,13 +17,13 @@ from safetensors.torch import save_file
 from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, LinearProbeRunConfig, MPPRunConfig
 from mpp.config.building import build_config
 from mpp.errors import ConfigError
-from mpp.experiments.config import PretrainingCurveConfig
 from mpp.experiments.runner import claim_experiment
-from mpp.experiments.curve import (LONGER, curve_table, encoder_similarities, finetuned_table, finished_run,
-                                   last_fifths_training_accuracy, plan_runs, pretraining_steps_per_epoch, swept_grid)
 from mpp.models.encoder import create_encoder
 from mpp.run.directory import write_metrics
 from mpp.training.checkpoint import checkpoint_path
+from study.curve_config import PretrainingCurveConfig
+from study.curve import (LONGER, curve_table, encoder_similarities, finetuned_table, finished_run,
+                                   last_fifths_training_accuracy, plan_runs, pretraining_steps_per_epoch, swept_grid)
 from tests.launching import ROOT
 
 CONFIGS = ROOT / "recipes" / "configs"
@@ -135,8 +135,8 @@ def test_the_whole_curve_runs_writes_its_table_and_plot_and_a_rerun_redoes_nothi
     two_blocks = [override.replace("model.depth=1", "model.depth=2") for override in TINY["encoder"]]
     preset.write_text(yaml.safe_dump({**TINY, **FINETUNED, "seeds": [0, 1], "output_dir": str(tmp_path / "curve"),
                                       "results_page": str(page), "encoder": two_blocks}))
-    command = [sys.executable, str(ROOT / "recipes" / "pretraining_curve.py"), "--config", str(preset)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    command = [sys.executable, "-m", "study.curve", "--config", str(preset)]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "24 runs, 0 already finished" in result.stderr
     results = json.loads((tmp_path / "curve" / "results.json").read_text())
@@ -159,14 +159,15 @@ def test_the_whole_curve_runs_writes_its_table_and_plot_and_a_rerun_redoes_nothi
     assert "What fine-tuning keeps of MPP's encoder" in table and "| Weight change, % |" in table
     assert "| 2 epochs |" in table and f"<!-- results: curve -->\n{table}" in page.read_text()
     assert (tmp_path / "curve" / "pretraining_curve.png").read_bytes().startswith(b"\x89PNG")
-    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "24 runs, 24 already finished" in again.stderr
     # The registration's plateau reading: scratch (9 and 14 steps, logged every 2) logs a step in its last fifth.
     assert all(0 <= value <= 1 for entry in results["finetuned"].values()
                for value in entry["scratch"]["train_accuracy_last_fifth"])
 
     # The finished curve continued with a longer fine-tuning of the longest length: its two runs alone run.
-    longer = subprocess.run([*command, "longer_finetune_steps=8"], capture_output=True, text=True, timeout=300)
+    longer = subprocess.run([*command, "longer_finetune_steps=8"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300)
     assert longer.returncode == 0 and "26 runs, 24 already finished" in longer.stderr, longer.stderr[-3000:]
     finetuned = json.loads((tmp_path / "curve" / "results.json").read_text())["finetuned"]
     assert LONGER not in finetuned["1"]  # the longest length alone
@@ -399,7 +400,7 @@ def synthetic_curve(balanced_like_plain: bool, largest_class: float) -> dict:
 
 
 def test_the_curve_plot_draws_every_line_its_legend_names_and_each_accuracys_floor():
-    from mpp.experiments.curve import curve_figure
+    from study.curve import curve_figure
 
     figure = curve_figure(synthetic_curve(balanced_like_plain=True, largest_class=0.1))
     labels = [text.get_text() for text in figure.legends[0].get_texts()]
