@@ -133,14 +133,15 @@ def test_the_whole_curve_runs_writes_its_table_and_plot_and_a_rerun_redoes_nothi
     page.write_text("# Title\n<!-- results: curve -->\n<!-- /results: curve -->\n")
     # Two blocks: what fine-tuning keeps is read per block, and the table reads the first and the last.
     two_blocks = [override.replace("model.depth=1", "model.depth=2") for override in TINY["encoder"]]
+    # One length read besides initialisation: each length is read alike, and planning every length is tested above.
     preset.write_text(yaml.safe_dump({**TINY, **FINETUNED, "seeds": [0, 1], "output_dir": str(tmp_path / "curve"),
-                                      "results_page": str(page), "encoder": two_blocks}))
+                                      "results_page": str(page), "encoder": two_blocks, "epochs": [2]}))
     command = [sys.executable, "-m", "study.curve", "--config", str(preset)]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "24 runs, 0 already finished" in result.stderr
+    assert "16 runs, 0 already finished" in result.stderr
     results = json.loads((tmp_path / "curve" / "results.json").read_text())
-    assert list(results["curve"]) == ["0", "1", "2"] and results["steps_per_epoch"] == 5
+    assert list(results["curve"]) == ["0", "2"] and results["steps_per_epoch"] == 5
     for figures in results["curve"].values():
         assert set(figures) == {"linear_probe", "linear_probe_balanced", "1-shot"}
         assert all(0 <= value <= 1 for values in figures.values() for value in values) and len(figures["1-shot"]) == 2
@@ -160,22 +161,21 @@ def test_the_whole_curve_runs_writes_its_table_and_plot_and_a_rerun_redoes_nothi
     assert "| 2 epochs |" in table and f"<!-- results: curve -->\n{table}" in page.read_text()
     assert (tmp_path / "curve" / "pretraining_curve.png").read_bytes().startswith(b"\x89PNG")
     again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and "24 runs, 24 already finished" in again.stderr
-    # The registration's plateau reading: scratch (9 and 14 steps, logged every 2) logs a step in its last fifth.
+    assert again.returncode == 0 and "16 runs, 16 already finished" in again.stderr
+    # The registration's plateau reading: scratch (14 steps, logged every 2) logs a step in its last fifth.
     assert all(0 <= value <= 1 for entry in results["finetuned"].values()
                for value in entry["scratch"]["train_accuracy_last_fifth"])
 
     # The finished curve continued with a longer fine-tuning of the longest length: its two runs alone run.
     longer = subprocess.run([*command, "longer_finetune_steps=8"], cwd=ROOT, capture_output=True, text=True,
                             timeout=300)
-    assert longer.returncode == 0 and "26 runs, 24 already finished" in longer.stderr, longer.stderr[-3000:]
+    assert longer.returncode == 0 and "18 runs, 16 already finished" in longer.stderr, longer.stderr[-3000:]
     finetuned = json.loads((tmp_path / "curve" / "results.json").read_text())["finetuned"]
-    assert LONGER not in finetuned["1"]  # the longest length alone
     assert finetuned["2"][LONGER]["steps"] == [8, 8]
     assert [len(blocks) for blocks in finetuned["2"][LONGER]["kept_similarity"]] == [2, 2]  # per seed, per block
     table = (tmp_path / "curve" / "results.md").read_text()
     assert "MPP's encoder after 2 epochs fine-tuned 8 steps instead of 4, by the same recipe: 18 steps in all" in table
-    assert "These tables read 4 fine-tuned comparisons" in table  # two lengths' gains and the longer's two
+    assert "These tables read 3 fine-tuned comparisons" in table  # the length's gain and the longer's two
 
 
 def test_fine_tuned_the_encoder_at_each_length_meets_a_vit_from_scratch_trained_as_long(tmp_path):
