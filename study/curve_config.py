@@ -9,6 +9,8 @@ from mpp.config.model import Pooling
 from mpp.errors import ConfigError
 from mpp.experiments.config import ExperimentConfig
 
+LONGER = "finetune-longer"  # the runs of ``longer_finetune_steps``, and their stage and results' key
+
 
 @dataclass
 class PretrainingCurveConfig(ExperimentConfig):

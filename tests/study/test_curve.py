@@ -21,9 +21,10 @@ from mpp.experiments.runner import claim_experiment
 from mpp.models.encoder import create_encoder
 from mpp.run.directory import write_metrics
 from mpp.training.checkpoint import checkpoint_path
-from study.curve_config import PretrainingCurveConfig
-from study.curve import (LONGER, curve_table, encoder_similarities, finetuned_table, finished_run,
-                                   last_fifths_training_accuracy, plan_runs, pretraining_steps_per_epoch, swept_grid)
+from study.curve import (encoder_similarities, finished_run, last_fifths_training_accuracy, plan_runs,
+                         pretraining_steps_per_epoch, swept_grid)
+from study.curve_config import LONGER, PretrainingCurveConfig
+from study.curve_tables import curve_table, finetuned_table
 from tests.launching import ROOT
 
 CONFIGS = ROOT / "recipes" / "configs"
@@ -400,7 +401,7 @@ def synthetic_curve(balanced_like_plain: bool, largest_class: float) -> dict:
 
 
 def test_the_curve_plot_draws_every_line_its_legend_names_and_each_accuracys_floor():
-    from study.curve import curve_figure
+    from study.curve_tables import curve_figure
 
     figure = curve_figure(synthetic_curve(balanced_like_plain=True, largest_class=0.1))
     labels = [text.get_text() for text in figure.legends[0].get_texts()]
