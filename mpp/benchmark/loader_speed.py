@@ -53,7 +53,7 @@ from mpp.config.building import build_config
 from mpp.data.fashion_mnist import DEFAULT_DIR as FASHION_MNIST_DIR
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.image_source import decode, decoded_jpeg, open_image
-from mpp.data.loading import build_dataset, build_loader
+from mpp.data.loading import build_dataset, build_loader, check_batch_fits
 from mpp.data.prepare import Settings, prepare
 from mpp.data.shapes import ShapesSource
 from mpp.data.transforms import ImageView, image_sizes, mirrored, resized_crop_of_pixels
@@ -259,6 +259,7 @@ def images_per_second(loader: DataLoader, batch_size: int, seconds: float) -> fl
 
 def loader_throughput(dataset: Dataset, data: DataConfig, batch_size: int, workers: int, seconds: float) -> float:
     cfg = dataclasses.replace(data, num_workers=None if data.decode == "gpu" else workers)
+    check_batch_fits(dataset, batch_size)  # a loader of no whole batch would be read forever, timing nothing
     device_type = "cuda" if torch.cuda.is_available() else "cpu"  # the loader settings training would use
     return images_per_second(build_loader(dataset, batch_size, cfg, train=True, device_type=device_type), batch_size,
                              seconds)

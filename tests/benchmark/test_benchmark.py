@@ -254,3 +254,14 @@ def test_a_whole_run_that_fails_ends_the_run_benchmark_saying_why(tmp_path):
     assert result.returncode == 1
     assert "\nthe run failed (exit 1): " in result.stderr  # after the preparing's progress
     assert "data.num_workers=-1 must be at least 0" in result.stderr
+
+
+def test_the_loader_benchmark_refuses_images_that_fill_no_batch_instead_of_timing_nothing_forever():
+    from mpp.benchmark.loader_speed import loader_throughput
+    from mpp.config.data import DataConfig
+    from mpp.data.loading import build_dataset
+    from mpp.errors import DataError
+
+    dataset = build_dataset(DataConfig(), "train", 16, channels=3, augment=True).subset(torch.arange(3))
+    with pytest.raises(DataError, match="has 3 images, fewer than one global batch of 8"):
+        loader_throughput(dataset, DataConfig(), batch_size=8, workers=0, seconds=0.1)
