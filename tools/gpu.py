@@ -139,9 +139,10 @@ def dry_run_plan() -> Plan:
                 pretrain=tiny, stop_after_s=3,
                 loader_args=("--workers", "0", "--seconds", "0.2", "--imagenet-images", "8", "--rounds", "1"),
                 run_args=("--epoch-steps", "2", "4", "--steps", "6", "--repeats", "1"),
+                # A few fast tests over two workers, as the GPU's lane runs: a launching test would run again what
+                # CI's slow lane runs.
                 tests=("-n", "2", "--dist", "loadgroup", "tests/training/test_schedule.py",
-                       "tests/training/test_checkpoint.py", "tests/recipes/test_multi_process.py",
-                       "-k", "schedule or keep_the_newest or fsdp-1-on-cpu"),
+                       "tests/training/test_checkpoint.py", "-k", "schedule or keep_the_newest"),
                 reproductions=REPRODUCTIONS[:1], reproduce_args=TOY_REPRODUCTION,
                 # The toy reproduction's 34 runs are each a process's start, mostly: 558 s on two busy cores.
                 limits_s={"tests": 300, "step": 300, "run": 300, "pretrain": 300, "loader": 300, "fsdp": 60,

@@ -19,6 +19,9 @@ class TrainConfig(RuntimeConfig):
     epochs: Optional[float] = None  # the length in passes over the training set instead (then train.steps=null)
     global_batch_size: int = 4096  # images per optimizer step, over all processes and accumulation steps
     micro_batch_size: Optional[int] = None  # images per process per forward pass; unset: no accumulation
+    # Images per process per forward pass when a classifier is scored (hold-out slice, test split): no gradients are
+    # kept, so it can be larger than the training pass (timm's validation batch size); unset: the micro batch.
+    eval_batch_size: Optional[int] = None
     lr: float = 2e-4  # peak learning rate: as is, or of the reference batch (train.lr_scaling)
     lr_scaling: Literal["none", "linear"] = "none"  # linear: peak = lr x global_batch_size / lr_reference_batch
     lr_reference_batch: int = 256  # the batch train.lr is given for when scaled (MAE states its rates at 256)
@@ -51,8 +54,9 @@ class TrainConfig(RuntimeConfig):
                      "keep_checkpoints", "stop_check_every"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ConfigError(f"train.{name}={getattr(self, name)} must be positive")
-        if self.micro_batch_size is not None and self.micro_batch_size < 1:
-            raise ConfigError(f"train.micro_batch_size={self.micro_batch_size} must be at least 1 (or null)")
+        for name in ("micro_batch_size", "eval_batch_size"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ConfigError(f"train.{name}={getattr(self, name)} must be at least 1 (or null)")
         for name in ("warmup_steps", "warmup_epochs"):
             if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ConfigError(f"train.{name}={getattr(self, name)} must be at least 0")

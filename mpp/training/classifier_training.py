@@ -51,8 +51,9 @@ def score_classifier(trainer: Trainer, eval_set: Dataset, eval_name: str) -> dic
     ``trainer`` trained (and ``<eval_name>_accuracy_averaged``, ``..._balanced_accuracy_averaged`` of its averaged
     weights), logged and sent to TensorBoard as ``eval/...``."""
     accelerator = trainer.session.accelerator
-    loader = prepare_loader(accelerator, build_loader(eval_set, trainer.plan.micro_batch_size, trainer.run_config.data,
-                                                      train=False, device_type=accelerator.device.type,
+    batch = trainer.train_config.eval_batch_size or trainer.plan.micro_batch_size
+    loader = prepare_loader(accelerator, build_loader(eval_set, batch, trainer.run_config.data, train=False,
+                                                      device_type=accelerator.device.type,
                                                       local_processes=local_processes(accelerator)))
     num_classes = eval_set.num_classes
     scores = class_scores(top1_hits(accelerator, trainer.model, loader, num_classes), f"{eval_name}_")

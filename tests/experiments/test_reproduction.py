@@ -423,22 +423,28 @@ def test_tables_only_rewrites_the_published_tables_plots_and_page_from_results_j
 def test_the_whole_experiment_stopped_and_continued_by_the_gpu_commands_stage_writes_its_table_and_plots(tmp_path):
     """The toy reproduction, run once, by the GPU command's reproduce stage (tools/gpu.py) as a GPU runs its own:
     its plan's cost first, then the experiment, stopped at the stage's time limit and continued by the stage run
-    again; then once more, finding every run finished. On Fashion-MNIST, where the stage reads its data."""
+    again; then once more, finding every run finished. On Fashion-MNIST, where the stage reads its data. One row of
+    each kind (from scratch, MPP, supervised): the other paper rows are the MPP row with other overrides, which
+    test_the_plan_runs_every_row_for_every_seed_each_after_its_own_pre_training plans."""
     preset = tmp_path / "experiment.yaml"  # the stage runs it in work/experiment: the page's section "experiment"
     publish, page = tmp_path / "published", tmp_path / "results.md"
     page.write_text("# Title\n<!-- results: experiment -->\nold table\n<!-- /results: experiment -->\nthe end\n")
-    preset.write_text(yaml.safe_dump({**TINY, "seeds": [0], "publish_dir": str(publish), "results_page": str(page)}))
+    rows = [row for row in PAPER_ROWS if row.name in ("scratch", "mpp-colour-50", "supervised")]
+    claims = [dataclasses.asdict(claim) for claim in PAPER_CLAIMS if {claim.better, claim.worse} <= {
+        row.name for row in rows}]
+    preset.write_text(yaml.safe_dump({**TINY, "seeds": [0], "publish_dir": str(publish), "results_page": str(page),
+                                      "rows": [dataclasses.asdict(row) for row in rows], "claims": claims}))
     name, out, work = preset.stem, tmp_path / "out", tmp_path / "work"
     output_dir = work / name
     out.mkdir()
     work.mkdir()
     plan = dataclasses.replace(dry_run_plan(), reproductions=(str(preset),), reproduce_args=())
-    # Stopped first, as a GPU's command may be stopped: after 40 s some runs are done and some are not (about 200 s
+    # Stopped first, as a GPU's command may be stopped: after 40 s some runs are done and some are not (about 100 s
     # in all alone; CI's slow lane and the XLA lane run beside it).
     stopped = reproduce_stage(dataclasses.replace(plan, limits_s={"reproduce": 40}), out, work)
     assert stopped["status"] == "stopped" and "run the stage again to continue" in stopped["why"]
-    runs = (len(PAPER_ROWS) * ROW_RUNS + sum(1 for row in PAPER_ROWS if row.pretraining) + BASELINE_RUNS["seed"]
-            + BASELINE_RUNS["once"])
+    runs = len(rows) * ROW_RUNS + sum(1 for row in rows if row.pretraining) + BASELINE_RUNS["seed"] + BASELINE_RUNS[
+        "once"]
     assert stopped[name]["runs"] == runs and 0 < stopped[name]["finished"] < runs
     cost = stopped[PLAN_COSTS][name]  # recorded before the runs
     assert cost["seeds"] == 1 and {stage["stage"] for stage in cost["stages"]} >= {"pre-training (MPP)", "fine-tuning"}
@@ -452,7 +458,7 @@ def test_the_whole_experiment_stopped_and_continued_by_the_gpu_commands_stage_wr
 
     table = (output_dir / "results.md").read_text()
     assert (out / f"{name}.md").read_text() == table
-    for row in PAPER_ROWS:
+    for row in rows:
         # accuracy, the learning rate its seed used, the few-shot accuracies; then balanced accuracy; both readouts
         assert re.search(rf"\| {re.escape(row.label)} \| [\d.]+ ± 0\.0 \| [\d.e-]+ x1 \| [\d.]+ ± 0\.0 \| "
                          r"[\d.]+ ± 0\.0 \|", table)
@@ -462,7 +468,7 @@ def test_the_whole_experiment_stopped_and_continued_by_the_gpu_commands_stage_wr
     results = json.loads((output_dir / "results.json").read_text())
     assert results["runs"] == runs
     figures = passed[name]  # the stage's summary of it
-    assert figures["seeds"] == 1 and set(figures["fine_tuned"]) == {row.label for row in PAPER_ROWS}
+    assert figures["seeds"] == 1 and set(figures["fine_tuned"]) == {row.label for row in rows}
     curve = results["rows"]["mpp-colour-50"]["few_shot_during_pretraining"]["0"]
     assert [images for images, _ in curve] == [0, 16, 32]  # before the first step and every 2 steps of 8 images
     assert results["rows"]["scratch"]["few_shot_during_pretraining"] == {}

@@ -121,3 +121,34 @@ def test_supervised_and_fine_tuning_defaults_are_the_papers(tmp_path):
     assert (finetune.train.optimizer, finetune.train.momentum, finetune.train.weight_decay) == ("sgd", 0.9, 0.0)
     assert (finetune.train.steps, finetune.train.lr, finetune.train.global_batch_size) == (10, 0.01, 512)
     assert finetune.classifier.head == "linear" and finetune.train.decay == "cosine"
+
+
+def test_a_classifier_is_scored_in_passes_of_the_eval_batch_size_to_the_same_scores(tiny_model_config, monkeypatch):
+    from types import SimpleNamespace
+
+    from mpp.config.data import DataConfig
+    from mpp.data.loading import build_dataset
+    from mpp.training import classifier_training
+
+    data = DataConfig(num_workers=0)
+    test_set = build_dataset(data, "test", 16, 3, augment=False, seed=0).subset(torch.arange(30))
+    model = ImageClassifier(create_encoder(tiny_model_config), 10, ClassifierConfig(head="linear"), (0.5,) * 3,
+                            (0.5,) * 3)
+    torch.nn.init.normal_(model.head.weight)  # logits that tell the images apart, not the zeros of step 0
+    passes = []
+
+    def loader_of(dataset, batch_size, *args, **kwargs):
+        passes.append(batch_size)
+        return build_loader(dataset, batch_size, *args, **kwargs)
+
+    build_loader = classifier_training.build_loader
+    monkeypatch.setattr(classifier_training, "build_loader", loader_of)
+    trainer = SimpleNamespace(session=SimpleNamespace(accelerator=Accelerator(cpu=USE_CPU)), model=model,
+                              averaged=None, log_prefix="", run_config=SimpleNamespace(data=data),
+                              plan=SimpleNamespace(micro_batch_size=4, global_batch_size=4))
+    scores = {}
+    for eval_batch_size in (None, 16):
+        trainer.train_config = TrainConfig(steps=1, eval_batch_size=eval_batch_size)
+        scores[eval_batch_size] = classifier_training.score_classifier(trainer, test_set, "test")
+    assert passes == [4, 16]  # unset: the training pass's micro batch
+    assert scores[16] == scores[None] and 0 < scores[None]["test_accuracy"] < 1
