@@ -4,7 +4,10 @@ in the test's process (``run_here``), as ``mpp.pretrain`` runs it: a launch cost
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
+import logging
 import os
 import re
 import socket
@@ -57,9 +60,11 @@ def launch(*args: str, script: Path = RECIPE, processes: int = 1, check: bool = 
     return result
 
 
-def run_here(*args: str, script: Path = RECIPE) -> None:
+def run_here(*args: str, script: Path = RECIPE, check: bool = True) -> subprocess.CompletedProcess:
     """``script``'s command line (``--config``, ``--resume``, ``key=value`` overrides) run in this process, as the
-    Python API runs a recipe (``run_in_this_process``); a run that fails fails the test with the recipe's message."""
+    Python API runs a recipe (``run_in_this_process``), reported as ``launch`` reports a launch: its exit status, and
+    as ``stderr`` what it logged and printed there (its error message included). With ``check``, a run that fails
+    fails the test with the recipe's message."""
     from mpp.recipes.python_api import run_in_this_process
 
     recipe = load_script(script, f"recipe_{script.parent.name}_{script.stem}")
@@ -67,17 +72,29 @@ def run_here(*args: str, script: Path = RECIPE) -> None:
     sys.argv = [str(script), *args]
     if USE_CPU:
         os.environ["ACCELERATE_USE_CPU"] = "1"
+    said = io.StringIO()
+    logged = logging.StreamHandler(said)
+    logged.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(logged)
+    code = 0
     try:
-        with run_in_this_process():
+        with run_in_this_process(), contextlib.redirect_stderr(said):
             recipe.cli()
-    except SystemExit as exit:
-        assert exit.code in (0, None), f"{script.name} {' '.join(args)}: {exit.code}"
+    except SystemExit as exit:  # a message is printed and exits 1, as Python does at the top level
+        code = exit.code if isinstance(exit.code, int) else 0 if exit.code is None else 1
+        if isinstance(exit.code, str):
+            print(exit.code, file=said)
     finally:
+        logging.getLogger().removeHandler(logged)
         sys.argv = saved_argv
         if saved_cpu is None:
             os.environ.pop("ACCELERATE_USE_CPU", None)
         else:
             os.environ["ACCELERATE_USE_CPU"] = saved_cpu
+    result = subprocess.CompletedProcess([str(script), *args], code, "", said.getvalue())
+    if check:
+        assert code == 0, f"{script.name} {' '.join(args)}: exit {code}\n{result.stderr[-3000:]}"
+    return result
 
 
 def start(*args: str, processes: int = 1) -> subprocess.Popen:

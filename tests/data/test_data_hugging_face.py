@@ -19,7 +19,7 @@ from mpp.config.data import DataConfig
 from mpp.data.image_source import decode, open_image
 from mpp.data.loading import build_dataset, build_loader
 from mpp.data.sources import DataError, open_source
-from tests.launching import NO_MPP_MONITORS, TINY, launch
+from tests.launching import NO_MPP_MONITORS, TINY, run_here
 
 rng = np.random.default_rng(0)
 
@@ -130,8 +130,8 @@ def test_the_recipe_trains_on_a_stream_and_resumes_it(tmp_path):
     run = tmp_path / "run"
     stream = [f"data.source=hf:{tmp_path / 'saved'}", "data.streaming=true", "data.shuffle_buffer=8",
               *TINY, *NO_MPP_MONITORS]  # 20 images, batches of 8: 2 steps per epoch
-    launch(f"output_dir={run}", *stream, "train.steps=3")
-    launch(f"output_dir={run}", *stream, "train.steps=6", "--resume")
+    run_here(f"output_dir={run}", *stream, "train.steps=3")
+    run_here(f"output_dir={run}", *stream, "train.steps=6", "--resume")
     metrics = json.loads((run / "metrics.json").read_text())
     assert metrics["step"] == 6 and metrics["steps_this_session"] == 3 and metrics["loss"] > 0
     assert "resumed from" in (run / "log.txt").read_text()

@@ -17,7 +17,7 @@ from mpp.config.data import DataConfig
 from mpp.data.loading import (build_dataset, build_loader, check_batch_fits, check_classes_to_learn,
                               warn_if_tested_on_training_images)
 from mpp.data.sources import DataError
-from tests.launching import NO_MPP_MONITORS, ROOT, TINY, launch
+from tests.launching import NO_MPP_MONITORS, ROOT, TINY, launch, run_here
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 
@@ -153,14 +153,13 @@ def test_two_processes_read_distinct_shards_of_exactly_every_epoch(tmp_path, fas
 def test_the_recipe_reports_skipped_files_at_the_end_and_stops_when_too_many_fail(tmp_path):
     folder = folder_with_broken_files(tmp_path / "images", good=15, broken=1)
     tiny = [f"data.source=folder:{folder}", "data.crop_scale=[0.5,1.0]", *TINY, *NO_MPP_MONITORS]
-    launch(f"output_dir={tmp_path / 'run'}", "data.max_bad_fraction=0.1", *tiny)
+    run_here(f"output_dir={tmp_path / 'run'}", "data.max_bad_fraction=0.1", *tiny)
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["skipped_images"] == 1
     log = (tmp_path / "run" / "log.txt").read_text()
     assert "training images: 1 image(s) skipped: 1 truncated or corrupt (e.g. " in log
     assert "015.jpg): replace it with a whole copy" in log
 
-    failed = launch(f"output_dir={tmp_path / 'strict'}", "data.max_bad_fraction=0", *tiny,
-                    check=False)
+    failed = run_here(f"output_dir={tmp_path / 'strict'}", "data.max_bad_fraction=0", *tiny, check=False)
     assert failed.returncode == 1
     assert "error: 1 of 16 images of image folder" in failed.stderr and "data.max_bad_fraction=0.0" in failed.stderr
 

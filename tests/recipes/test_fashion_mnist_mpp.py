@@ -1,5 +1,5 @@
-"""Integration: MPP pre-training on real data (a Fashion-MNIST subset, from the Debian package) through
-``accelerate launch`` learns more than the colour statistics: its accuracy on corrupted patches beats always
+"""Integration: MPP pre-training on real data (a Fashion-MNIST subset, from the Debian package), its command line
+run in the test's process, learns more than the colour statistics: its accuracy on corrupted patches beats always
 predicting the most frequent colour class of the same images."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from mpp.config.building import config_to_dict
 from mpp.data.loading import build_dataset, sample_images
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor, mpp_majority_class_accuracy
-from tests.launching import launch
+from tests.launching import run_here
 
 pytestmark = pytest.mark.slow  # every test here launches a recipe or trains (pytest -m "not slow" leaves them out)
 
@@ -31,7 +31,7 @@ def overrides(section: str, config: object) -> list[str]:
 
 def test_mpp_on_fashion_mnist_beats_the_most_frequent_colour(tmp_path):
     run_dir = tmp_path / "run"
-    launch(
+    run_here(
         f"output_dir={run_dir}", *overrides("model", MODEL), *overrides("data", DATA), "train.steps=300",
         "train.global_batch_size=32", "train.lr=2e-3", "train.warmup_steps=20", "train.log_every=50",
         "train.checkpoint_every=300",

@@ -17,7 +17,7 @@ import torch
 from PIL import Image
 
 from mpp.data.prepare import main as prepare
-from tests.launching import ROOT, launch, run_here
+from tests.launching import ROOT, run_here
 
 PAGE = ROOT / "docs" / "own-images.md"
 ENCODER = ["model.img_size=32", "model.patch_size=8", "model.embed_dim=32", "model.depth=2", "model.num_heads=2"]
@@ -164,7 +164,7 @@ def test_the_one_gpu_presets_take_a_step_at_their_own_size(tmp_path, recipe):
              f"data.source=folder:{tmp_path / 'images'}", f"output_dir={tmp_path / 'run'}"]
     if recipe == "finetune":
         small.append(f"data.eval_folder={tmp_path / 'images'}")
-    launch("--config", str(preset), *small, script=ROOT / "recipes" / f"{recipe}.py")
+    run_here("--config", str(preset), *small, script=ROOT / "recipes" / f"{recipe}.py")
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["step"] == 1 and metrics["loss"] > 0
     log = (tmp_path / "run" / "log.txt").read_text()

@@ -1,5 +1,6 @@
-"""The evaluation entry points (eval/) and the pre-training monitors end to end, through ``accelerate launch`` on the
-CPU: each protocol on a random encoder and on an MPP run, the feature cache, the pictures."""
+"""The evaluation entry points (eval/) and the pre-training monitors end to end on the CPU, each command line run in
+the test's process (run_here; through ``accelerate launch`` where two processes share the work): each protocol on a
+random encoder and on an MPP run, the feature cache, the pictures."""
 
 from __future__ import annotations
 
@@ -87,7 +88,7 @@ def test_a_monitored_run_trains_exactly_as_an_unmonitored_one(tmp_path, mpp_run)
 
 
 def test_supervised_monitor_asking_more_images_than_a_class_has_shrinks_with_one_warning(tmp_path):
-    result = launch(f"output_dir={tmp_path / 'run'}", *TINY, "data.shots_per_class=30", "monitor.few_shot_every=3",
+    result = run_here(f"output_dir={tmp_path / 'run'}", *TINY, "data.shots_per_class=30", "monitor.few_shot_every=3",
                     script=ROOT / "recipes" / "supervised.py")
     warnings = [line for line in result.stderr.splitlines() if "WARNING" in line and "monitor.few_shot_*" in line]
     assert len(warnings) == 1 and warnings[0].endswith("has 30 images, fewer than the 70 per class its slices ask "
@@ -100,7 +101,7 @@ def test_supervised_monitor_asking_more_images_than_a_class_has_shrinks_with_one
 def test_each_protocol_reports_its_accuracy_and_shares_the_cached_features(tmp_path, mpp_run, init):
     common = [*ENCODER, *DATA, f"eval.feature_cache={tmp_path / 'cache'}"]
     common += [f"init={mpp_run}"] if init == "mpp" else []
-    few_shot = launch(f"output_dir={tmp_path / 'few_shot'}", "few_shot.shots=[1,5]", "few_shot.seeds=2", *common,
+    few_shot = run_here(f"output_dir={tmp_path / 'few_shot'}", "few_shot.shots=[1,5]", "few_shot.seeds=2", *common,
                       script=EVAL / "few_shot.py")
     metrics = json.loads((tmp_path / "few_shot" / "metrics.json").read_text())
     assert set(metrics["few_shot"]) == {"1", "5"} and len(metrics["few_shot"]["5"]["per_seed"]) == 2
@@ -108,14 +109,14 @@ def test_each_protocol_reports_its_accuracy_and_shares_the_cached_features(tmp_p
     assert {"few_shot/1shot", "few_shot/5shot"} <= set(tags(tmp_path / "few_shot")["scalars"])
     assert "test: 10000 features of dimension 32 extracted" in few_shot.stderr
 
-    probe = launch(f"output_dir={tmp_path / 'probe'}", "linear_probe.max_iterations=20", *common,
+    probe = run_here(f"output_dir={tmp_path / 'probe'}", "linear_probe.max_iterations=20", *common,
                    script=EVAL / "linear_probe.py")
     metrics = json.loads((tmp_path / "probe" / "metrics.json").read_text())
     assert 0 <= metrics["linear_probe"]["test_accuracy"] <= 1 and metrics["train_images"] == 400
     assert "linear_probe/test_accuracy" in tags(tmp_path / "probe")["scalars"]
     assert "test: 10000 features read from" in probe.stderr  # extracted once, by the few-shot run
 
-    knn = launch(f"output_dir={tmp_path / 'knn'}", "knn.k=5", *common, script=EVAL / "knn.py")
+    knn = run_here(f"output_dir={tmp_path / 'knn'}", "knn.k=5", *common, script=EVAL / "knn.py")
     metrics = json.loads((tmp_path / "knn" / "metrics.json").read_text())
     assert 0 <= metrics["knn"]["test_accuracy"] <= 1 and metrics["knn"]["k"] == 5
     assert "train: 400 features read from" in knn.stderr and "test: 10000 features read from" in knn.stderr
@@ -148,7 +149,7 @@ def test_the_inspection_command_writes_every_picture_it_promises(tmp_path, mpp_r
 
 
 def test_an_init_that_does_not_fit_is_refused_before_anything_is_written(tmp_path, mpp_run):
-    result = launch(f"output_dir={tmp_path / 'run'}", f"init={mpp_run}", *ENCODER[:1], "model.patch_size=8",
+    result = run_here(f"output_dir={tmp_path / 'run'}", f"init={mpp_run}", *ENCODER[:1], "model.patch_size=8",
                     script=EVAL / "few_shot.py", check=False)
     assert result.returncode != 0 and "you set model.patch_size=8 (the encoder has 4)" in result.stderr
     assert not (tmp_path / "run").exists()
@@ -162,7 +163,7 @@ def test_an_init_run_sets_the_architecture_over_the_presets(tmp_path, mpp_run):
 
 def test_the_raw_pixel_baseline_reads_the_normalised_images_and_refuses_an_encoder(tmp_path, mpp_run):
     run_dir = tmp_path / "pixels"
-    knn = launch(f"output_dir={run_dir}", *ENCODER, *DATA, "eval.features=pixels", "knn.k=5", script=EVAL / "knn.py")
+    knn = run_here(f"output_dir={run_dir}", *ENCODER, *DATA, "eval.features=pixels", "knn.k=5", script=EVAL / "knn.py")
     assert "test: 10000 features of dimension 768 extracted" in knn.stderr  # 3 x 16 x 16, no encoder
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["features"] == "pixels" and 0 <= metrics["knn"]["test_accuracy"] <= 1
@@ -173,7 +174,7 @@ def test_the_raw_pixel_baseline_reads_the_normalised_images_and_refuses_an_encod
     assert stored["features"].shape == (400, 768) and stored["labels"][0] == label
     assert torch.allclose(stored["features"][0], expected, atol=1e-6)
 
-    refused = launch(f"output_dir={tmp_path / 'refused'}", *ENCODER, "eval.features=pixels", f"init={mpp_run}",
+    refused = run_here(f"output_dir={tmp_path / 'refused'}", *ENCODER, "eval.features=pixels", f"init={mpp_run}",
                      script=EVAL / "knn.py", check=False)
     assert refused.returncode != 0 and "eval.features=pixels reads the images themselves" in refused.stderr
     assert not (tmp_path / "refused").exists()

@@ -1,5 +1,6 @@
-"""recipes/supervised.py and recipes/finetune.py end to end, through ``accelerate launch`` on the CPU: every starting
-point (an MPP run, a supervised run, none) goes through the same fine-tuning code."""
+"""recipes/supervised.py and recipes/finetune.py end to end on the CPU, in the test's process (run_here), or through
+``accelerate launch`` where the one-line error a user sees is under test: every starting point (an MPP run, a
+supervised run, none) goes through the same fine-tuning code."""
 
 from __future__ import annotations
 
@@ -64,8 +65,8 @@ def test_supervised_pre_training_writes_the_run_directory_mpp_does(supervised_ru
 
 def test_fine_tuning_an_mpp_run_at_a_higher_resolution(mpp_run, folders, tmp_path):
     run_dir = tmp_path / "finetune"
-    result = launch(f"output_dir={run_dir}", f"init={mpp_run}", *TINY, *folders, "model.img_size=24",
-                    script=FINETUNE)
+    result = run_here(f"output_dir={run_dir}", f"init={mpp_run}", *TINY, *folders, "model.img_size=24",
+                      script=FINETUNE)
     assert "36 patches of 4 px at 24 px" in result.stderr  # 6x6 patches where pre-training had 4x4
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["step"] == 6 and 0 <= metrics["test_accuracy"] <= 1 and metrics["init"] == str(mpp_run)
@@ -142,7 +143,7 @@ def test_a_resumed_fine_tuning_run_ends_with_the_uninterrupted_weights_and_avera
     shutil.copytree(straight, interrupted)  # as if stopped right after the step-3 checkpoint
     shutil.rmtree(interrupted / "checkpoints" / "step_00000006")
     (interrupted / "metrics.json").unlink()
-    result = launch(f"output_dir={interrupted}", *args, "--resume", script=FINETUNE)
+    result = run_here(f"output_dir={interrupted}", *args, "--resume", script=FINETUNE)
     assert "at step 3" in result.stderr
     for name in ("model.safetensors", "averaged_model.safetensors"):
         expected = load_file(straight / "checkpoints" / "step_00000006" / name)
@@ -155,8 +156,8 @@ def test_a_resumed_fine_tuning_run_ends_with_the_uninterrupted_weights_and_avera
 
 def test_weights_that_do_not_fit_stop_the_run_before_it_writes_anything(mpp_run, folders, tmp_path):
     checkpoint_file = mpp_run / "checkpoints" / "step_00000006" / "model.safetensors"
-    result = launch(f"output_dir={tmp_path / 'run'}", f"init={checkpoint_file}", *TINY, *folders,
-                    "model.patch_size=8", script=FINETUNE, check=False)
+    result = run_here(f"output_dir={tmp_path / 'run'}", f"init={checkpoint_file}", *TINY, *folders,
+                      "model.patch_size=8", script=FINETUNE, check=False)
     assert result.returncode != 0
     assert "do not fit the model" in result.stderr
     assert "patch_embed.proj.weight: (32, 3, 4, 4) in init, (32, 3, 8, 8) in the model" in result.stderr

@@ -1,4 +1,5 @@
-"""recipes/mpp.py end to end, as a user runs it: ``accelerate launch`` in a subprocess, on the CPU."""
+"""recipes/mpp.py end to end on the CPU, its command line as a user gives it: in the test's process (run_here), or
+through ``accelerate launch`` in a subprocess where what the command prints is under test."""
 
 from __future__ import annotations
 
@@ -97,7 +98,7 @@ def test_resuming_from_a_checkpoint_gives_the_uninterrupted_result(run, tmp_path
         shutil.rmtree(interrupted / later)
     (interrupted / "metrics.json").unlink()
 
-    result = launch(f"output_dir={interrupted}", *TINY, "--resume")
+    result = run_here(f"output_dir={interrupted}", *TINY, "--resume")
     assert "resumed from" in result.stderr and "at step 3" in result.stderr
     assert json.loads((interrupted / "metrics.json").read_text())["step"] == 6
     straight = load_file(run / "checkpoints" / "step_00000006" / "model.safetensors")
@@ -114,7 +115,7 @@ def test_a_damaged_newest_checkpoint_is_passed_over_for_the_newest_intact_one(ru
     for later in ("export", "metrics.json"):
         shutil.rmtree(damaged / later) if (damaged / later).is_dir() else (damaged / later).unlink()
 
-    result = launch(f"output_dir={damaged}", *TINY, "--resume")
+    result = run_here(f"output_dir={damaged}", *TINY, "--resume")
     assert "step_00000006 is damaged (model.safetensors holds 1000 bytes" in result.stderr
     assert "resumed from" in result.stderr and "at step 3" in result.stderr  # steps 4-6 lost, not the run
     straight = load_file(run / "checkpoints" / "step_00000006" / "model.safetensors")
@@ -124,7 +125,7 @@ def test_a_damaged_newest_checkpoint_is_passed_over_for_the_newest_intact_one(ru
 
 def test_a_compiled_run_checkpoints_the_eager_model_and_resumes_exactly(run, tmp_path):
     compiled = tmp_path / "compiled"
-    result = launch(f"output_dir={compiled}", *TINY, "train.compile=true")
+    result = run_here(f"output_dir={compiled}", *TINY, "train.compile=true")
     assert "compiled with torch.compile (inductor)" in result.stderr
     straight = load_file(compiled / "checkpoints" / "step_00000006" / "model.safetensors")
     assert straight.keys() == load_file(run / "checkpoints" / "step_00000006" / "model.safetensors").keys()
@@ -178,8 +179,8 @@ def test_a_small_folder_shrinks_the_default_monitors_with_one_warning_and_trains
         for index in range(20):
             colour = (40 + 9 * index, 200 if name == "dogs" else 20, 90)
             Image.new("RGB", (20, 20), colour).save(tmp_path / "images" / name / f"{index}.png")
-    result = launch(f"output_dir={tmp_path / 'run'}", f"data.source=folder:{tmp_path / 'images'}", *TINY,
-                    "monitor.few_shot_every=3", "monitor.final_few_shot_draws=2")
+    result = run_here(f"output_dir={tmp_path / 'run'}", f"data.source=folder:{tmp_path / 'images'}", *TINY,
+                      "monitor.few_shot_every=3", "monitor.final_few_shot_draws=2")
     warnings = [line for line in result.stderr.splitlines() if "WARNING" in line and "monitor.few_shot_*" in line]
     assert len(warnings) == 1, result.stderr[-3000:]
     assert warnings[0].endswith("the smallest class of the training split, class 0 (cats), has 20 images, fewer "
