@@ -437,5 +437,10 @@ def main(cfg: ConfirmatoryConfig) -> None:
     print(confirmatory_test(cfg))
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The command line: ``python -m study.confirmatory [--config FILE] [key=value ...]``."""
     run_recipe(main, ConfirmatoryConfig, DEFAULT_PRESET, description=__doc__)
+
+
+if __name__ == "__main__":
+    cli()

@@ -315,6 +315,11 @@ def main(cfg: PretrainingCurveConfig) -> None:
     pretraining_curve(cfg, Path(__file__).resolve().parents[1])  # the checkout whose recipes it runs
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The command line: ``python -m study.curve [--config FILE] [key=value ...]``."""
     run_recipe(main, PretrainingCurveConfig, Path(__file__).parent / "configs" / "curve_fashion_mnist_cpu.yaml",
                description=__doc__)
+
+
+if __name__ == "__main__":
+    cli()

@@ -5,6 +5,7 @@ in the test's process (``run_here``), as ``mpp.pretrain`` runs it: a launch cost
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.util
 import io
 import logging
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from PIL import Image
@@ -65,11 +67,22 @@ def run_here(*args: str, script: Path = RECIPE, check: bool = True) -> subproces
     Python API runs a recipe (``run_in_this_process``), reported as ``launch`` reports a launch: its exit status, and
     as ``stderr`` what it logged and printed there (its error message included). With ``check``, a run that fails
     fails the test with the recipe's message."""
+    recipe = load_script(script, f"recipe_{script.parent.name}_{script.stem}")
+    return reported_here([str(script), *args], recipe.cli, check)
+
+
+def run_module_here(module: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """``python -m module args`` run in this process (the module's ``cli``), reported as run_here reports a recipe."""
+    return reported_here([module, *args], importlib.import_module(module).cli, check)
+
+
+def reported_here(argv: list[str], main: Callable[[], object], check: bool) -> subprocess.CompletedProcess:
+    """``main()`` with ``sys.argv`` set to ``argv``, in this process, on this test's device: its exit status, and what
+    it logged and printed to stderr."""
     from mpp.recipes.python_api import run_in_this_process
 
-    recipe = load_script(script, f"recipe_{script.parent.name}_{script.stem}")
     saved_argv, saved_cpu = sys.argv, os.environ.get("ACCELERATE_USE_CPU")
-    sys.argv = [str(script), *args]
+    sys.argv = list(argv)
     if USE_CPU:
         os.environ["ACCELERATE_USE_CPU"] = "1"
     said = io.StringIO()
@@ -79,7 +92,7 @@ def run_here(*args: str, script: Path = RECIPE, check: bool = True) -> subproces
     code = 0
     try:
         with run_in_this_process(), contextlib.redirect_stderr(said):
-            recipe.cli()
+            main()
     except SystemExit as exit:  # a message is printed and exits 1, as Python does at the top level
         code = exit.code if isinstance(exit.code, int) else 0 if exit.code is None else 1
         if isinstance(exit.code, str):
@@ -91,9 +104,9 @@ def run_here(*args: str, script: Path = RECIPE, check: bool = True) -> subproces
             os.environ.pop("ACCELERATE_USE_CPU", None)
         else:
             os.environ["ACCELERATE_USE_CPU"] = saved_cpu
-    result = subprocess.CompletedProcess([str(script), *args], code, "", said.getvalue())
+    result = subprocess.CompletedProcess(argv, code, "", said.getvalue())
     if check:
-        assert code == 0, f"{script.name} {' '.join(args)}: exit {code}\n{result.stderr[-3000:]}"
+        assert code == 0, f"{' '.join(argv)}: exit {code}\n{result.stderr[-3000:]}"
     return result
 
 

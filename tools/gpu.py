@@ -75,7 +75,7 @@ TOY_REPRODUCTION = (  # the first reproduction's grid at toy size: every stage o
     # 100 labels a class (the fewest whose validation slice, 20%, holds the 200 images a rate is chosen on), not
     # every label: each frozen fit would read all 60,000 training images' features, most of the toy's time.
     "finetune=[data.shots_per_class=100,finetune.sweep_holdout_fraction=0.2,'finetune.sweep_lrs=[0.03,0.1]',"
-    "train.steps=4,train.global_batch_size=8,"
+    "train.steps=4,train.global_batch_size=8,train.eval_batch_size=256,"
     "train.warmup_steps=1,train.log_every=2,train.checkpoint_every=4,train.mixed_precision=bf16]",
     "scratch_finetune=[train.steps=6,train.warmup_steps=1,train.log_every=3,train.checkpoint_every=6]",
     "linear_probe=[linear_probe.max_iterations=5]",

@@ -15,7 +15,7 @@ from mpp.errors import ConfigError
 from mpp.experiments.comparison import compare, plan_runs, results_table
 from mpp.experiments.config import ComparisonConfig
 from mpp.recipes import python_api
-from tests.launching import ROOT
+from tests.launching import ROOT, run_here
 from tests.recipes.test_own_images import write_images
 
 PRESET = ROOT / "recipes" / "configs" / "compare_own_images_cpu.yaml"
@@ -85,12 +85,12 @@ def test_the_comparison_runs_end_to_end_on_folders_of_images_and_continues_witho
                     str(tmp_path / "labelled-prepared"), f"eval_folder={tmp_path / 'labelled' / 'val'}", "--splits",
                     "train", "test", "--short-side", "40"], check=True, cwd=ROOT, capture_output=True)
     schedule = "train.epochs=2,train.warmup_epochs=0.5,train.global_batch_size=16,train.log_every=2"
-    command = [sys.executable, str(ROOT / "recipes" / "compare.py"), f"unlabelled=folder:{tmp_path / 'images'}",
+    command = [f"unlabelled=folder:{tmp_path / 'images'}",
                f"labelled=hf:{tmp_path / 'labelled-prepared'}", f"output_dir={tmp_path / 'comparison'}",
                "seeds=[0,1]", "encoder=[model.img_size=16,model.patch_size=4,model.embed_dim=32,model.depth=2]",
                f"mpp=[{schedule},train.checkpoint_every=4,monitor.mosaic_every=0]", f"finetune=[{schedule}]",
                "knn=[knn.k=5]"]
-    ended = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    ended = run_here(*command, script=ROOT / "recipes" / "compare.py", check=False)  # its runs: processes
     assert ended.returncode == 0, ended.stderr[-3000:]
     results = json.loads((tmp_path / "comparison" / "results.json").read_text())
     assert results["runs"] == 18 and results["seeds"] == [0, 1]
@@ -103,5 +103,5 @@ def test_the_comparison_runs_end_to_end_on_folders_of_images_and_continues_witho
         assert scores["floors"] == {"majority_class_accuracy": 0.5, "chance_balanced_accuracy": 0.5}  # 8 val each
     table = (tmp_path / "comparison" / "results.md").read_text()
     assert "MPP pre-trained - random weights" in table and "18 runs, 2 at a time" in table
-    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    again = run_here(*command, script=ROOT / "recipes" / "compare.py", check=False)
     assert again.returncode == 0 and "18 runs, 18 already finished" in again.stderr

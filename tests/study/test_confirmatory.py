@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import re
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,7 @@ from mpp.errors import ConfigError
 from mpp.evaluation.statistics import paired_difference
 from mpp.experiments.runner import claim_experiment
 from study.confirmatory import ConfirmatoryConfig, one_sided_p, plan_runs, publish, read_tests, tables
-from tests.launching import ROOT
+from tests.launching import ROOT, run_module_here
 
 CONFIGS = ROOT / "recipes" / "configs"
 ARMS = [
@@ -127,14 +125,14 @@ def test_a_whole_test_records_each_seed_as_it_finishes_and_continued_runs_only_t
     settings = {**TINY, "output_dir": str(tmp_path / "confirm"), "publish_dir": str(published),
                 "results_page": str(page)}
     preset.write_text(yaml.safe_dump({**settings, "seeds": [0, 1]}))
-    command = [sys.executable, "-m", "study.confirmatory", "--config", str(preset)]
+    command = ["study.confirmatory", "--config", str(preset)]  # in this process; its runs, processes
     # Seed 1's pre-training cannot start (a file stands where its run directory goes): seed 0 is recorded all the
     # same, the moment its last run finished, and the test is not read.
     claim_experiment(build_config(ConfirmatoryConfig, preset))  # its output_dir, as the command would
     blocked = tmp_path / "confirm" / "pretrain" / "mpp-seed1"
     blocked.parent.mkdir(parents=True)
     blocked.write_text("in the way")
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    result = run_module_here(*command, check=False)
     assert result.returncode != 0 and "runs failed: pretrain/mpp-seed1" in result.stderr, result.stderr[-3000:]
     results = json.loads((published / "results.json").read_text())
     assert list(results["per_seed"]) == ["0"] and "primary" not in results
@@ -142,7 +140,7 @@ def test_a_whole_test_records_each_seed_as_it_finishes_and_continued_runs_only_t
     assert "Seeds recorded: 1 of 2 (0)" in page.read_text()
 
     blocked.unlink()  # continued: seed 1's runs alone (its scratch arm had finished), then the test read
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    result = run_module_here(*command, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "4 runs, 1 already finished" in result.stderr
     results = json.loads((published / "results.json").read_text())
@@ -151,13 +149,13 @@ def test_a_whole_test_records_each_seed_as_it_finishes_and_continued_runs_only_t
 
     # The recorded seeds are never run again, even where their runs are gone: elsewhere, the new seed alone runs.
     preset.write_text(yaml.safe_dump({**settings, "seeds": [0, 1, 2], "output_dir": str(tmp_path / "b" / "confirm")}))
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    result = run_module_here(*command, check=False)
     assert result.returncode == 0 and "4 runs, 0 already finished" in result.stderr, result.stderr[-3000:]
     results = json.loads((published / "results.json").read_text())
     assert list(results["per_seed"]) == ["0", "1", "2"] and results["primary"]["seeds"] == [0, 1, 2]
     # A registered test's seeds do not shrink under its published records.
     preset.write_text(yaml.safe_dump({**settings, "seeds": [0, 1]}))
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    result = run_module_here(*command, check=False)
     assert result.returncode != 0 and "records seeds ['2'] that seeds=[0, 1] does not register" in result.stderr
 
 
@@ -167,7 +165,7 @@ def test_the_gpu_test_dry_run_tunes_on_its_tuning_seed_times_its_runs_and_runs_o
     # The GPU preset itself, its encoder and batches shrunk for a CPU and every run cut to 2 steps.
     settings = yaml.safe_load((ROOT / "study" / "configs" / "confirm_fashion_mnist_gpu.yaml").read_text())
     assert settings["tuning_seed"] not in settings["seeds"] and settings["time_budget_minutes"] > 0
-    small = ["train.global_batch_size=16", "train.mixed_precision=no"]
+    small = ["train.global_batch_size=16", "train.mixed_precision=no", "train.eval_batch_size=256"]
     settings |= {"output_dir": str(tmp_path / "runs" / "confirm"), "publish_dir": str(tmp_path / "published"),
                  "encoder": ["model.embed_dim=16", "model.num_heads=2", "model.depth=1"],
                  "mpp": [*settings["mpp"], *small], "finetune": [*settings["finetune"], *small],
@@ -175,8 +173,8 @@ def test_the_gpu_test_dry_run_tunes_on_its_tuning_seed_times_its_runs_and_runs_o
                  "arms": [arm for arm in settings["arms"] if not arm.get("exploratory")]}  # the fewest runs
     preset = tmp_path / "confirm.yaml"
     preset.write_text(yaml.safe_dump(settings))
-    command = [sys.executable, "-m", "study.confirmatory", "--config", str(preset)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    command = ["study.confirmatory", "--config", str(preset)]  # in this process; its runs, processes
+    result = run_module_here(*command, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "timed over 2 steps" in result.stderr and "1 of the 1 seeds not yet recorded fit" in result.stderr
     assert "the tuning seed first" in result.stderr
@@ -191,7 +189,7 @@ def test_the_gpu_test_dry_run_tunes_on_its_tuning_seed_times_its_runs_and_runs_o
     # On a later machine, too little time for the seed left: the rates are not chosen again and nothing runs.
     settings |= {"seeds": [*settings["seeds"], 99], "time_budget_minutes": 0.01}
     preset.write_text(yaml.safe_dump(settings))
-    result = subprocess.run(command, capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    result = run_module_here(*command, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "0 of the 1 seeds not yet recorded fit" in result.stderr and "tuning seed first" not in result.stderr
     assert list(json.loads((tmp_path / "published" / "results.json").read_text())["per_seed"]) == \

@@ -5,8 +5,6 @@ with 95% intervals), and the whole experiment end to end on tiny runs."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,7 +23,7 @@ from study.curve import (encoder_similarities, finished_run, last_fifths_trainin
                          pretraining_steps_per_epoch, swept_grid)
 from study.curve_config import LONGER, PretrainingCurveConfig
 from study.curve_tables import curve_table, finetuned_table
-from tests.launching import ROOT
+from tests.launching import ROOT, run_module_here
 
 CONFIGS = ROOT / "recipes" / "configs"
 RECIPE_CONFIGS = {"mpp.py": MPPRunConfig, "few_shot.py": FewShotRunConfig, "linear_probe.py": LinearProbeRunConfig,
@@ -137,9 +135,8 @@ def test_the_whole_curve_runs_writes_its_table_and_plot_and_a_rerun_redoes_nothi
     # One length read besides initialisation: each length is read alike, and planning every length is tested above.
     preset.write_text(yaml.safe_dump({**TINY, **FINETUNED, "seeds": [0, 1], "output_dir": str(tmp_path / "curve"),
                                       "results_page": str(page), "encoder": two_blocks, "epochs": [2]}))
-    command = [sys.executable, "-m", "study.curve", "--config", str(preset)]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
+    command = ["study.curve", "--config", str(preset)]  # the experiment in this process; its runs, processes
+    result = run_module_here(*command)
     assert "16 runs, 0 already finished" in result.stderr
     results = json.loads((tmp_path / "curve" / "results.json").read_text())
     assert list(results["curve"]) == ["0", "2"] and results["steps_per_epoch"] == 5
@@ -161,15 +158,14 @@ def test_the_whole_curve_runs_writes_its_table_and_plot_and_a_rerun_redoes_nothi
     assert "What fine-tuning keeps of MPP's encoder" in table and "| Weight change, % |" in table
     assert "| 2 epochs |" in table and f"<!-- results: curve -->\n{table}" in page.read_text()
     assert (tmp_path / "curve" / "pretraining_curve.png").read_bytes().startswith(b"\x89PNG")
-    again = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    again = run_module_here(*command)
     assert again.returncode == 0 and "16 runs, 16 already finished" in again.stderr
     # The registration's plateau reading: scratch (14 steps, logged every 2) logs a step in its last fifth.
     assert all(0 <= value <= 1 for entry in results["finetuned"].values()
                for value in entry["scratch"]["train_accuracy_last_fifth"])
 
     # The finished curve continued with a longer fine-tuning of the longest length: its two runs alone run.
-    longer = subprocess.run([*command, "longer_finetune_steps=8"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=300)
+    longer = run_module_here(*command, "longer_finetune_steps=8", check=False)
     assert longer.returncode == 0 and "18 runs, 16 already finished" in longer.stderr, longer.stderr[-3000:]
     finetuned = json.loads((tmp_path / "curve" / "results.json").read_text())["finetuned"]
     assert finetuned["2"][LONGER]["steps"] == [8, 8]
