@@ -190,7 +190,8 @@ def tpu_launch(script: Path, arguments: list[str]) -> None:
 @pytest.fixture(scope="module")
 def run_of(tmp_path_factory):
     """``run_of(name, backend, precision)``: the directory of that entry point's run, launched the first time it is
-    asked for (with the pre-training run it starts from); on XLA, a recipe through the TPU launcher (tpu_launch)."""
+    asked for (with the pre-training run it starts from); on XLA, a recipe through the TPU launcher (tpu_launch), an
+    evaluation through ``accelerate launch``; on the CPU, the script itself."""
     root = tmp_path_factory.mktemp("entry-points")
 
     def run(name: str, backend: str, precision: str) -> Path:
@@ -203,7 +204,11 @@ def run_of(tmp_path_factory):
             with pytest.MonkeyPatch.context() as patch:
                 for key, value in BACKENDS[backend].items():
                     patch.setenv(key, value)
-                if backend == "xla" and script.parent == RECIPES:
+                if backend == "cpu":  # the reference: the script alone, one process start rather than two
+                    result = subprocess.run([sys.executable, str(script), f"output_dir={directory}", *arguments],
+                                            capture_output=True, text=True, timeout=600)
+                    assert result.returncode == 0, result.stderr[-3000:]
+                elif script.parent == RECIPES:
                     tpu_launch(script, [f"output_dir={directory}", *arguments])
                 else:
                     launch(f"output_dir={directory}", *arguments, script=script)
