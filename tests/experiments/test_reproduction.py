@@ -439,7 +439,7 @@ def test_the_whole_experiment_stopped_and_continued_by_the_gpu_commands_stage_wr
     out.mkdir()
     work.mkdir()
     plan = dataclasses.replace(dry_run_plan(), reproductions=(str(preset),), reproduce_args=())
-    # Stopped first, as a GPU's command may be stopped: after 40 s some runs are done and some are not (about 100 s
+    # Stopped first, as a GPU's command may be stopped: after 40 s some runs are done and some are not (128 s
     # in all alone; CI's slow lane and the XLA lane run beside it).
     stopped = reproduce_stage(dataclasses.replace(plan, limits_s={"reproduce": 40}), out, work)
     assert stopped["status"] == "stopped" and "run the stage again to continue" in stopped["why"]

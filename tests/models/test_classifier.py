@@ -135,13 +135,12 @@ def test_a_classifier_is_scored_in_passes_of_the_eval_batch_size_to_the_same_sco
     model = ImageClassifier(create_encoder(tiny_model_config), 10, ClassifierConfig(head="linear"), (0.5,) * 3,
                             (0.5,) * 3)
     torch.nn.init.normal_(model.head.weight)  # logits that tell the images apart, not the zeros of step 0
-    passes = []
+    passes, build_loader = [], classifier_training.build_loader
 
-    def loader_of(dataset, batch_size, *args, **kwargs):
+    def loader_of(dataset, batch_size, *args, **kwargs):  # the loader scoring builds, its batch size recorded
         passes.append(batch_size)
         return build_loader(dataset, batch_size, *args, **kwargs)
 
-    build_loader = classifier_training.build_loader
     monkeypatch.setattr(classifier_training, "build_loader", loader_of)
     trainer = SimpleNamespace(session=SimpleNamespace(accelerator=Accelerator(cpu=USE_CPU)), model=model,
                               averaged=None, log_prefix="", run_config=SimpleNamespace(data=data),
