@@ -440,9 +440,14 @@ def test_the_whole_experiment_stopped_and_continued_by_the_gpu_commands_stage_wr
     work.mkdir()
     plan = dataclasses.replace(dry_run_plan(), reproductions=(str(preset),), reproduce_args=())
     # Stopped first, as a GPU's command may be stopped: after 40 s some runs are done and some are not (128 s
-    # in all alone; CI's slow lane and the XLA lane run beside it).
-    stopped = reproduce_stage(dataclasses.replace(plan, limits_s={"reproduce": 40}), out, work)
-    assert stopped["status"] == "stopped" and "run the stage again to continue" in stopped["why"]
+    # in all alone). On cores busy with other tests a stop may come before any run ends: the stage run again
+    # continues where it stopped, until some runs are done.
+    limited = dataclasses.replace(plan, limits_s={"reproduce": 40})
+    stops = [reproduce_stage(limited, out, work)]
+    while stops[-1]["status"] == "stopped" and stops[-1][name]["finished"] == 0 and len(stops) < 6:
+        stops.append(reproduce_stage(limited, out, work))
+    stopped = stops[-1]
+    assert all(stop["status"] == "stopped" and "run the stage again to continue" in stop["why"] for stop in stops)
     runs = len(rows) * ROW_RUNS + sum(1 for row in rows if row.pretraining) + BASELINE_RUNS["seed"] + BASELINE_RUNS[
         "once"]
     assert stopped[name]["runs"] == runs and 0 < stopped[name]["finished"] < runs
@@ -453,7 +458,7 @@ def test_the_whole_experiment_stopped_and_continued_by_the_gpu_commands_stage_wr
     assert passed["status"] == "passed", (out / "reproduce.log").read_text()[-3000:]
     assert passed[PLAN_COSTS] == stopped[PLAN_COSTS]
     log = (out / "reproduce.log").read_text()
-    (total, first), (total_again, before) = re.findall(r"(\d+) runs, (\d+) already finished", log)
+    (total, first), *_, (total_again, before) = re.findall(r"(\d+) runs, (\d+) already finished", log)
     assert (total, first, total_again) == (str(runs), "0", str(runs)) and 0 < int(before) < runs
 
     table = (output_dir / "results.md").read_text()
