@@ -39,7 +39,7 @@ from mpp.experiments.reproduction_plots import finetune_plot_figures, monitor_pl
 from mpp.experiments.reproduction_tables import holm_cell, primary_record, results_table, rows_at_chance
 from mpp.experiments.runner import Run, RunFailed, claim_experiment, execute, finished_widenings, widened_grid
 from tests.launching import ROOT
-from tools.gpu import PLAN_COSTS, dry_run_plan, reproduce_stage
+from tools.gpu import PLAN_COSTS, dry_run_plan, reproduce_stage, summary
 
 CONFIGS = ROOT / "recipes" / "configs"
 TINY_PRESETS = {"mpp_preset": "mpp_tiny_cpu.yaml", "supervised_preset": "supervised_tiny_cpu.yaml",
@@ -453,6 +453,8 @@ def test_the_whole_experiment_stopped_and_continued_by_the_gpu_commands_stage_wr
     assert stopped[name]["runs"] == runs and 0 < stopped[name]["finished"] < runs
     cost = stopped[PLAN_COSTS][name]  # recorded before the runs
     assert cost["seeds"] == 1 and {stage["stage"] for stage in cost["stages"]} >= {"pre-training (MPP)", "fine-tuning"}
+    said = summary("reproduce", stopped)  # the stage's line in the command's results.md
+    assert f"{name}: {stopped[name]['finished']} of {runs} runs finished" in said and f"{name}'s plan: " in said
     # A guard against a hang, not a speed limit.
     passed = reproduce_stage(dataclasses.replace(plan, limits_s={"reproduce": 1200}), out, work)
     assert passed["status"] == "passed", (out / "reproduce.log").read_text()[-3000:]
@@ -474,6 +476,7 @@ def test_the_whole_experiment_stopped_and_continued_by_the_gpu_commands_stage_wr
     assert results["runs"] == runs
     figures = passed[name]  # the stage's summary of it
     assert figures["seeds"] == 1 and set(figures["fine_tuned"]) == {row.label for row in rows}
+    assert f"{name} (1 seeds, " in summary("reproduce", passed)
     curve = results["rows"]["mpp-colour-50"]["few_shot_during_pretraining"]["0"]
     assert [images for images, _ in curve] == [0, 16, 32]  # before the first step and every 2 steps of 8 images
     assert results["rows"]["scratch"]["few_shot_during_pretraining"] == {}

@@ -15,7 +15,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from mpp.training.checkpoint import checkpoint_damage, list_checkpoints
-from tests.launching import RECIPE, ROOT, TINY, free_port, launch, start, training_process, wait_for_log
+from tests.launching import RECIPE, ROOT, TINY, free_port, launch, run_here, start, training_process, wait_for_log
 
 pytestmark = [pytest.mark.slow, pytest.mark.cpu_only("two gloo processes share this machine's CPU, and accelerate "
                                                      "refuses FSDP only where there is no GPU; on a GPU, python -m "
@@ -23,6 +23,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.cpu_only("two gloo processes share t
 
 STEPS = ["train.steps=20", "train.global_batch_size=16", "train.log_every=5", "train.lr=2e-3"]
 INVARIANCE = 1e-5  # relative: the same images and draws, summed in another order (measured: at most 2e-7 apart)
+
+
+def run_on(processes: int, *args: str) -> None:
+    """The recipe's run on ``processes`` processes: launched where there are several, the launcher being under test;
+    one in this process (a process start the fewer)."""
+    if processes > 1:
+        launch(*args, processes=processes)
+    else:
+        run_here(*args)
 
 
 def logged_losses(run_dir) -> list[float]:
@@ -35,8 +44,8 @@ def test_one_and_two_processes_give_the_same_run_and_only_the_main_one_writes(tm
     """The global batch holds the same images, and each image's view and corruption are keyed by the seed and its
     index or place in the run, not by the process that holds it: the losses agree to rounding."""
     one, two = tmp_path / "one", tmp_path / "two"
-    launch(f"output_dir={one}", *TINY, *STEPS, "train.checkpoint_every=10", *micro)
-    launch(f"output_dir={two}", *TINY, *STEPS, "train.checkpoint_every=10", *micro, processes=2)
+    run_on(1, f"output_dir={one}", *TINY, *STEPS, "train.checkpoint_every=10", *micro)
+    run_on(2, f"output_dir={two}", *TINY, *STEPS, "train.checkpoint_every=10", *micro)
 
     metrics = json.loads((two / "metrics.json").read_text())
     log = (two / "log.txt").read_text()
@@ -54,10 +63,10 @@ def test_one_and_two_processes_give_the_same_run_and_only_the_main_one_writes(tm
 @pytest.mark.parametrize(("first", "then"), [(2, 1), (1, 2)], ids=["two-then-one", "one-then-two"])
 def test_a_run_checkpointed_on_some_processes_and_resumed_on_others_ends_where_it_would_have(tmp_path, first, then):
     whole, resumed = tmp_path / "whole", tmp_path / "resumed"
-    launch(f"output_dir={whole}", *TINY, *STEPS, "train.checkpoint_every=10", processes=first)
+    run_on(first, f"output_dir={whole}", *TINY, *STEPS, "train.checkpoint_every=10")
     shutil.copytree(whole, resumed)
     shutil.rmtree(resumed / "checkpoints" / "step_00000020")  # as if stopped after step 10
-    launch(f"output_dir={resumed}", *TINY, *STEPS, "train.checkpoint_every=10", "--resume", processes=then)
+    run_on(then, f"output_dir={resumed}", *TINY, *STEPS, "train.checkpoint_every=10", "--resume")
     ended = json.loads((resumed / "metrics.json").read_text())
     assert ended["steps_this_session"] == 10 and ended["num_processes"] == then
     assert ended["loss"] == pytest.approx(json.loads((whole / "metrics.json").read_text())["loss"], rel=INVARIANCE)

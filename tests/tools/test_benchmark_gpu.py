@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -15,9 +14,10 @@ import pytest
 import torch
 
 from launching import ROOT
+from study.cost import main as cost_main
 from tools.gpu import (GRACE_S, PLAN_COSTS, REPRODUCTIONS, RESULTS_JSON, RESULTS_MARKDOWN, STAGES, dry_run_plan,
-                       fitting_batch, gpu_plan, junit_outcomes, loader_cores_for, main, reproduction_figures, run,
-                       summary)
+                       fitting_batch, gpu_plan, junit_outcomes, loader_cores_for, main, reproduction_figures,
+                       reproduction_overrides, run, summary)
 
 
 @pytest.mark.slow
@@ -34,21 +34,22 @@ def test_without_cuda_it_refuses_in_one_line(tmp_path):
 @pytest.mark.slow
 @pytest.mark.many_runs
 def test_the_dry_run_goes_through_every_stage_and_writes_json_and_markdown(tmp_path):
-    """Every stage but the reproduction's runs, which tests/experiments/test_reproduction.py runs through this
-    command's reproduce stage (the toy reproduction runs once in the suite); here that stage costs its plan and is
-    stopped at its time limit, as a GPU's command may be, before its first runs end."""
+    """Every stage but the reproduction, which tests/experiments/test_reproduction.py runs through this command's
+    reproduce stage (stopped at its time limit, continued, finished: the toy reproduction runs once in the suite);
+    the dry run's own reproduction, the registered preset at toy sizes, is costed below."""
     out = tmp_path / "out"
+    stages = [name for name in STAGES if name != "reproduce"]
     # Each stage ends by its own time limit, so the test waits for them all: a shorter wait of its own would fail a
     # dry run slowed by the tests running beside it.
-    limits_s = sum(dry_run_plan().limits_s.values()) + GRACE_S * len(STAGES)
-    result = subprocess.run([sys.executable, "-m", "tools.gpu", "--dry-run", "--out", str(out), "--limit",
-                             "reproduce=45"], cwd=ROOT, capture_output=True, text=True, timeout=limits_s + 60)
+    limits_s = sum(dry_run_plan().limits_s[name] for name in stages) + GRACE_S * len(stages)
+    result = subprocess.run([sys.executable, "-m", "tools.gpu", "--dry-run", "--out", str(out), "--stages", *stages],
+                            cwd=ROOT, capture_output=True, text=True, timeout=limits_s + 60)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     results = json.loads((out / RESULTS_JSON).read_text())
     assert results["dry_run"] and results["device"] == "cpu"
-    assert {name: results[name]["status"] for name in STAGES} == {
+    assert {name: results[name]["status"] for name in stages} == {
         "tests": "passed", "step": "passed", "run": "passed", "pretrain": "passed", "loader": "passed",
-        "fsdp": "skipped", "profile": "passed", "reproduce": "stopped"}
+        "fsdp": "skipped", "profile": "passed"}
     assert results["tests"]["counts"]["passed"] >= 3 and results["tests"]["counts"]["failed"] == 0
     assert {"supervised", "mpp"} <= set(results["step"]["eager"]["rows"])
     run_figures = results["run"]  # against the step the run stage measures itself, at the step stage's batch
@@ -68,23 +69,28 @@ def test_the_dry_run_goes_through_every_stage_and_writes_json_and_markdown(tmp_p
     assert loader["rows"] and loader["step_images_per_second"] == results["step"]["eager"]["rows"]["mpp"][
         "images_per_second"] and "loader_cores_per_gpu" in loader
     assert {row: results["profile"][row]["batch_size"] for row in ("supervised", "mpp")} == {"supervised": 8, "mpp": 8}
-    stopped = results["reproduce"]
-    assert "run the stage again to continue" in stopped["why"]
-    progress = stopped["reproduce_fashion_mnist_all_labels_gpu"]
-    planned = re.search(r"(\d+) runs, 0 already finished", (out / "reproduce.log").read_text())
-    assert progress["runs"] == int(planned[1]) and progress["finished"] < progress["runs"]
-    # The toy plan's cost, counted by hand: 2 seeds; MPP 4 steps of 8; each seed's fine-tuning sweeps 2 rates, then
-    # trains at the chosen one, MPP's encoder 4 steps of 8, the ViT from scratch 6.
-    cost = stopped[PLAN_COSTS]["reproduce_fashion_mnist_all_labels_gpu"]
+    table = (out / RESULTS_MARKDOWN).read_text()
+    assert all(f"| {name} |" in table for name in stages) and "| reproduce |" not in table
+
+
+def test_the_dry_runs_reproduction_is_the_registered_comparison_at_toy_sizes(tmp_path, capsys):
+    """The plan the dry run's reproduce stage costs first: the pre-registered all-label comparison with the dry run's
+    toy overrides, counted by hand. 2 seeds; MPP 4 steps of 8; each seed's fine-tuning sweeps 2 rates, then trains at
+    the chosen one, MPP's encoder 4 steps of 8, the ViT from scratch 6."""
+    plan, table = dry_run_plan(), tmp_path / "cost.json"
+    plan = replace(plan, fashion_mnist=tmp_path)
+    cost_main(["--config", str(ROOT / plan.reproductions[0]), "--json", str(table),
+               *reproduction_overrides(plan, tmp_path / "reproduction")])
+    cost = json.loads(table.read_text())
     assert {stage["stage"]: (stage["trainings"], stage["images"]) for stage in cost["stages"]} == {
         # tune_once: the first seed sweeps two rates and trains at the better, the second trains at it
         "pre-training (MPP)": (2, 2 * 4 * 8), "fine-tuning": (3 + 1, (3 + 1) * 4 * 8),
         "from scratch": (3 + 1, (3 + 1) * 6 * 8)}
-    assert cost["images"] == 64 + 128 + 192 and cost["h100_time"] == "no measured step"
-    assert "| from scratch | 4 | 6 x 8 | 192 | no measured step |" in (out / "reproduce.log").read_text()
-    table = (out / RESULTS_MARKDOWN).read_text()
-    assert all(f"| {name} |" in table for name in STAGES)
-    assert "reproduce_fashion_mnist_all_labels_gpu's plan: 384 training images over 2 seeds" in table
+    assert cost["seeds"] == 2 and cost["images"] == 64 + 128 + 192 and cost["h100_time"] == "no measured step"
+    assert "| from scratch | 4 | 6 x 8 | 192 | no measured step |" in capsys.readouterr().out
+    stage = {"status": "stopped", "why": "stopped", PLAN_COSTS: {"reproduce_fashion_mnist_all_labels_gpu": cost}}
+    assert "reproduce_fashion_mnist_all_labels_gpu's plan: 384 training images over 2 seeds" in summary(
+        "reproduce", stage)
 
 
 def test_the_reproduce_stage_runs_the_preregistered_all_label_comparison_first_on_the_gpu_and_in_the_dry_run():
