@@ -3,6 +3,8 @@ from __future__ import annotations
 import gzip
 import os
 import struct
+import subprocess
+import types
 from pathlib import Path
 
 # The suite runs many processes at once (CI's lanes over the cores, the XLA lane beside them, tests that launch runs),
@@ -73,3 +75,15 @@ def fashion_mnist_dir(tmp_path):
         return folder
 
     return write
+
+
+@pytest.fixture
+def experiment_runs_here(monkeypatch):
+    """An experiment's runs (``mpp.experiments.runner``) each in the test's process, one at a time (``RunHere``),
+    instead of a process of their own: for the tests of what an experiment plans, records and tables, where a toy run
+    is mostly its process start (about 4 s of imports). The runner's own processes, stops and continuations are
+    tested apart (tests/experiments/test_reproduction.py)."""
+    from launching import RunHere
+    from mpp.experiments import runner
+
+    monkeypatch.setattr(runner, "subprocess", types.SimpleNamespace(Popen=RunHere, STDOUT=subprocess.STDOUT))

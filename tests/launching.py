@@ -14,6 +14,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -108,6 +109,32 @@ def reported_here(argv: list[str], main: Callable[[], object], check: bool) -> s
     if check:
         assert code == 0, f"{' '.join(argv)}: exit {code}\n{result.stderr[-3000:]}"
     return result
+
+
+class RunHere:
+    """In an experiment's runner, in place of ``subprocess.Popen``: the run's script run in this process
+    (``run_here``), to its end, one run at a time; its console output written where the process's would go."""
+
+    one_at_a_time = threading.Lock()
+
+    def __init__(self, command: tuple[str, ...], stdout: io.TextIOBase, stderr: int) -> None:
+        python, script, *args = command
+        assert python == sys.executable, command  # another launcher is a process the runner starts
+        root = logging.getLogger()
+        with self.one_at_a_time:
+            handlers, level = root.handlers[:], root.level  # the experiment's console, which a recipe sets anew
+            try:
+                result = run_here(*args, script=Path(script), check=False)
+            finally:
+                root.handlers[:], root.level = handlers, level
+        stdout.write(result.stderr)
+        self.returncode = result.returncode
+
+    def wait(self) -> int:
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        """Nothing to stop: the run has ended."""
 
 
 def start(*args: str, processes: int = 1) -> subprocess.Popen:

@@ -77,6 +77,7 @@ def test_the_tables_give_each_arm_the_paired_differences_and_the_floors():
 
 @pytest.mark.slow
 @pytest.mark.many_runs
+@pytest.mark.usefixtures("experiment_runs_here")
 def test_the_comparison_runs_end_to_end_on_folders_of_images_and_continues_without_rerunning(tmp_path):
     write_images(tmp_path / "images", 32, {"all": (200, 60, 40)})
     for split, count in (("train", 16), ("val", 8)):
@@ -90,7 +91,7 @@ def test_the_comparison_runs_end_to_end_on_folders_of_images_and_continues_witho
                "seeds=[0,1]", "encoder=[model.img_size=16,model.patch_size=4,model.embed_dim=32,model.depth=2]",
                f"mpp=[{schedule},train.checkpoint_every=4,monitor.mosaic_every=0]", f"finetune=[{schedule}]",
                "knn=[knn.k=5]"]
-    ended = run_here(*command, script=ROOT / "recipes" / "compare.py", check=False)  # its runs: processes
+    ended = run_here(*command, script=ROOT / "recipes" / "compare.py", check=False)
     assert ended.returncode == 0, ended.stderr[-3000:]
     results = json.loads((tmp_path / "comparison" / "results.json").read_text())
     assert results["runs"] == 18 and results["seeds"] == [0, 1]

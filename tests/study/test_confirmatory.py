@@ -118,6 +118,7 @@ def test_the_tables_give_no_accuracy_until_every_registered_seed_is_recorded(tmp
 
 @pytest.mark.slow
 @pytest.mark.many_runs
+@pytest.mark.usefixtures("experiment_runs_here")
 def test_a_whole_test_records_each_seed_as_it_finishes_and_continued_runs_only_the_seeds_not_recorded(tmp_path):
     published, page = tmp_path / "published", tmp_path / "results.md"
     page.write_text("# Title\n<!-- results: confirm -->\n<!-- /results: confirm -->\n")
@@ -125,7 +126,7 @@ def test_a_whole_test_records_each_seed_as_it_finishes_and_continued_runs_only_t
     settings = {**TINY, "output_dir": str(tmp_path / "confirm"), "publish_dir": str(published),
                 "results_page": str(page)}
     preset.write_text(yaml.safe_dump({**settings, "seeds": [0, 1]}))
-    command = ["study.confirmatory", "--config", str(preset)]  # in this process; its runs, processes
+    command = ["study.confirmatory", "--config", str(preset)]  # the test and its runs in this process
     # Seed 1's pre-training cannot start (a file stands where its run directory goes): seed 0 is recorded all the
     # same, the moment its last run finished, and the test is not read.
     claim_experiment(build_config(ConfirmatoryConfig, preset))  # its output_dir, as the command would
@@ -161,6 +162,7 @@ def test_a_whole_test_records_each_seed_as_it_finishes_and_continued_runs_only_t
 
 @pytest.mark.slow
 @pytest.mark.many_runs
+@pytest.mark.usefixtures("experiment_runs_here")
 def test_the_gpu_test_dry_run_tunes_on_its_tuning_seed_times_its_runs_and_runs_only_the_seeds_that_fit(tmp_path):
     # The GPU preset itself, its encoder and batches shrunk for a CPU and every run cut to 2 steps.
     settings = yaml.safe_load((ROOT / "study" / "configs" / "confirm_fashion_mnist_gpu.yaml").read_text())
@@ -173,7 +175,7 @@ def test_the_gpu_test_dry_run_tunes_on_its_tuning_seed_times_its_runs_and_runs_o
                  "arms": [arm for arm in settings["arms"] if not arm.get("exploratory")]}  # the fewest runs
     preset = tmp_path / "confirm.yaml"
     preset.write_text(yaml.safe_dump(settings))
-    command = ["study.confirmatory", "--config", str(preset)]  # in this process; its runs, processes
+    command = ["study.confirmatory", "--config", str(preset)]  # the test and its runs in this process
     result = run_module_here(*command, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "timed over 2 steps" in result.stderr and "1 of the 1 seeds not yet recorded fit" in result.stderr

@@ -126,6 +126,7 @@ def test_the_longest_pre_training_is_read_against_each_shorter_one_and_holm_coun
 
 @pytest.mark.slow
 @pytest.mark.many_runs
+@pytest.mark.usefixtures("experiment_runs_here")
 def test_the_whole_curve_runs_writes_its_table_and_plot_and_a_rerun_redoes_nothing(tmp_path):
     preset = tmp_path / "curve.yaml"
     page = tmp_path / "results.md"
@@ -135,7 +136,7 @@ def test_the_whole_curve_runs_writes_its_table_and_plot_and_a_rerun_redoes_nothi
     # One length read besides initialisation: each length is read alike, and planning every length is tested above.
     preset.write_text(yaml.safe_dump({**TINY, **FINETUNED, "seeds": [0, 1], "output_dir": str(tmp_path / "curve"),
                                       "results_page": str(page), "encoder": two_blocks, "epochs": [2]}))
-    command = ["study.curve", "--config", str(preset)]  # the experiment in this process; its runs, processes
+    command = ["study.curve", "--config", str(preset)]  # the experiment and its runs in this process
     result = run_module_here(*command)
     assert "16 runs, 0 already finished" in result.stderr
     results = json.loads((tmp_path / "curve" / "results.json").read_text())
