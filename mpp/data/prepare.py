@@ -153,7 +153,8 @@ def prepare(settings: Settings, out_dir: Path, splits: Sequence[str], workers: i
                  if str(shard) not in done or not shard_path(out_dir, split, shard, shards).is_file()]
     record_path = out_dir / RECORD
     record_path.write_text(json.dumps(record, indent=2))
-    with multiprocessing.get_context("spawn").Pool(workers) as pool, \
+    # No more processes than shards to write: each spawned one starts by importing the package (seconds).
+    with multiprocessing.get_context("spawn").Pool(max(1, min(workers, len(jobs)))) as pool, \
             tqdm(total=sum(sizes.values()), desc=f"prepare {settings.source}", unit="img") as progress:
         progress.update(sum(shard["rows"] + len(shard["skipped"]) for split in record["splits"].values()
                             for shard in split["shards"].values()))

@@ -98,3 +98,23 @@ def test_splits_and_overrides_parse_in_any_order(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         preparing.main(["folder:/images", "/out", "--splits", "validation"])
     assert "--splits takes train, test or both, not validation" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_no_more_processes_start_than_there_are_shards_to_write(tmp_path, monkeypatch):
+    import mpp.data.prepare as preparing
+
+    started = []
+    spawn = preparing.multiprocessing.get_context("spawn")
+
+    class CountedContext:
+        def Pool(self, processes):  # noqa: N802 (multiprocessing's name)
+            started.append(processes)
+            return spawn.Pool(processes)
+
+    monkeypatch.setattr(preparing.multiprocessing, "get_context", lambda method: CountedContext())
+    source = f"folder:{photo_folder(tmp_path / 'photos')}"  # 11 files
+    for shard_size in (8, 16):  # 2 shards, then 1
+        prepare(Settings(source, (), short_side=32, quality=90, shard_size=shard_size),
+                tmp_path / f"prepared-{shard_size}", ["train"], workers=8)
+    assert started == [2, 1]
