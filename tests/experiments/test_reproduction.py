@@ -38,8 +38,8 @@ from mpp.experiments.reproduction import (
 from mpp.experiments.reproduction_plots import finetune_plot_figures, monitor_plot_figures
 from mpp.experiments.reproduction_tables import holm_cell, primary_record, results_table, rows_at_chance
 from mpp.experiments.runner import Run, RunFailed, claim_experiment, execute, finished_widenings, widened_grid
-from tests.launching import ROOT
-from tools.gpu import PLAN_COSTS, dry_run_plan, reproduce_stage, summary
+from tests.launching import ROOT, run_here
+from tools.gpu import PLAN_COSTS, dry_run_plan, reproduce_stage, reproduction_overrides, summary
 
 CONFIGS = ROOT / "recipes" / "configs"
 TINY_PRESETS = {"mpp_preset": "mpp_tiny_cpu.yaml", "supervised_preset": "supervised_tiny_cpu.yaml",
@@ -420,12 +420,13 @@ def test_tables_only_rewrites_the_published_tables_plots_and_page_from_results_j
 
 @pytest.mark.slow
 @pytest.mark.many_runs
+@pytest.mark.usefixtures("experiment_runs_here")  # the runs of the continuation only: the stage starts processes
 def test_the_whole_experiment_stopped_and_continued_by_the_gpu_commands_stage_writes_its_table_and_plots(tmp_path):
     """The toy reproduction, run once, by the GPU command's reproduce stage (tools/gpu.py) as a GPU runs its own:
-    its plan's cost first, then the experiment, stopped at the stage's time limit and continued by the stage run
-    again; then once more, finding every run finished. On Fashion-MNIST, where the stage reads its data. One row of
-    each kind (from scratch, MPP, supervised): the other paper rows are the MPP row with other overrides, which
-    test_the_plan_runs_every_row_for_every_seed_each_after_its_own_pre_training plans."""
+    its plan's cost first, then the experiment, its runs processes of their own, stopped at the stage's time limit;
+    continued by the same command, then the stage run again, finding every run finished. On Fashion-MNIST, where the
+    stage reads its data. One row of each kind (from scratch, MPP, supervised): the other paper rows are the MPP row
+    with other overrides, which test_the_plan_runs_every_row_for_every_seed_each_after_its_own_pre_training plans."""
     preset = tmp_path / "experiment.yaml"  # the stage runs it in work/experiment: the page's section "experiment"
     publish, page = tmp_path / "published", tmp_path / "results.md"
     page.write_text("# Title\n<!-- results: experiment -->\nold table\n<!-- /results: experiment -->\nthe end\n")
@@ -455,13 +456,19 @@ def test_the_whole_experiment_stopped_and_continued_by_the_gpu_commands_stage_wr
     assert cost["seeds"] == 1 and {stage["stage"] for stage in cost["stages"]} >= {"pre-training (MPP)", "fine-tuning"}
     said = summary("reproduce", stopped)  # the stage's line in the command's results.md
     assert f"{name}: {stopped[name]['finished']} of {runs} runs finished" in said and f"{name}'s plan: " in said
-    # A guard against a hang, not a speed limit.
-    passed = reproduce_stage(dataclasses.replace(plan, limits_s={"reproduce": 1200}), out, work)
+    log = (out / "reproduce.log").read_text()
+    assert re.findall(r"(\d+) runs, (\d+) already finished", log)[0] == (str(runs), "0")
+    # Continued by the stage's own command, here with its runs in this process (experiment_runs_here); then the stage
+    # once more, which finds every run finished, starts none and reads the results.
+    continued = run_here("--config", str(preset), *reproduction_overrides(plan, output_dir),
+                         script=ROOT / "recipes" / "reproduce.py")
+    (total, before), = re.findall(r"(\d+) runs, (\d+) already finished", continued.stderr)
+    assert total == str(runs) and 0 < int(before) < runs
+    passed = reproduce_stage(dataclasses.replace(plan, limits_s={"reproduce": 1200}), out, work)  # a hang's guard
     assert passed["status"] == "passed", (out / "reproduce.log").read_text()[-3000:]
     assert passed[PLAN_COSTS] == stopped[PLAN_COSTS]
-    log = (out / "reproduce.log").read_text()
-    (total, first), *_, (total_again, before) = re.findall(r"(\d+) runs, (\d+) already finished", log)
-    assert (total, first, total_again) == (str(runs), "0", str(runs)) and 0 < int(before) < runs
+    last = (out / "reproduce.log").read_text()[len(log):]
+    assert f"{runs} runs, {runs} already finished" in last and "start " not in last
 
     table = (output_dir / "results.md").read_text()
     assert (out / f"{name}.md").read_text() == table
@@ -494,10 +501,6 @@ def test_the_whole_experiment_stopped_and_continued_by_the_gpu_commands_stage_wr
         assert (publish / plot).read_bytes() == (output_dir / plot).read_bytes()
     assert page.read_text() == ("# Title\n<!-- results: experiment -->\n" + table
                                 + "<!-- /results: experiment -->\nthe end\n")
-    again = reproduce_stage(plan, out, work)
-    assert again["status"] == "passed"
-    third = (out / "reproduce.log").read_text()[len(log):]
-    assert f"{runs} runs, {runs} already finished" in third and "start " not in third
 
 
 def test_a_results_page_without_its_results_section_is_refused_before_any_run(tmp_path):
