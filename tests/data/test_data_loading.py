@@ -54,9 +54,9 @@ class Numbers(Dataset):
 received = []
 signal.signal(signal.SIGTERM, lambda number, frame: received.append(number))
 batches = iter(build_loader(Numbers(), 4, DataConfig(num_workers=2, prefetch_factor=1), train=True))
-next(batches)
+next(batches), next(batches)  # one from each worker: both have started (and left the group)
 os.killpg(os.getpgrp(), signal.SIGTERM)  # as a scheduler sends it: the whole process group
-print(len(received), 1 + len(list(batches)), flush=True)
+print(len(received), 2 + len(list(batches)), flush=True)
 stopped = iter(build_loader(Numbers(), 4, DataConfig(num_workers=2, prefetch_factor=1), train=True))
 next(stopped)  # workers still running at the exit, as after a checkpoint on preemption: the exit must end them
 """
