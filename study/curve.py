@@ -35,7 +35,7 @@ from mpp.config.building import build_config
 from mpp.data.batch_order import steps_per_epoch
 from mpp.data.loading import build_dataset, check_batch_fits, sample_images
 from mpp.errors import ConfigError
-from mpp.evaluation.representation_similarity import block_similarity, relative_weight_change
+from study.representation_similarity import block_similarity, relative_weight_change
 from mpp.experiments.class_balance import class_balance
 from mpp.experiments.publishing import copy_to_publish_dir, publish_table
 from mpp.experiments.runner import (Run, at_first_seeds_rate, finished_widenings, recipe_command, run_experiment,

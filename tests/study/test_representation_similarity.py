@@ -8,9 +8,8 @@ import math
 import pytest
 import torch
 
-from mpp.evaluation.representation_similarity import (block_features, block_similarity, linear_cka,
-                                                       relative_weight_change)
 from mpp.models.encoder import create_encoder
+from study.representation_similarity import block_features, block_similarity, linear_cka, relative_weight_change
 
 
 def test_features_equal_up_to_rotation_scale_and_shift_have_cka_one():
