@@ -25,13 +25,13 @@ from mpp.config.building import build_config
 from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig
 from mpp.errors import ConfigError
 from mpp.evaluation.statistics import PairedDifference, paired_difference, student_t_two_sided_p
-from mpp.experiments.class_balance import class_balance
 from mpp.experiments.config import ExperimentConfig
-from study.curve import last_fifths_training_accuracy
 from mpp.experiments.publishing import check_section, markdown_table, mean_std, percent, replace_section
 from mpp.experiments.runner import Run, claim_experiment, execute, recipe_command
 from mpp.run.directory import read_metrics, write_whole
 from mpp.run.session import configure_logging
+from study.class_balance import class_balance
+from study.curve import last_fifths_training_accuracy
 
 logger = logging.getLogger("study.confirmatory")  # not __main__ when run with -m
 REPOSITORY = Path(__file__).resolve().parents[1]  # whose recipes the runs launch

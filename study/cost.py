@@ -1,7 +1,7 @@
 """What a reproduction's plan costs before it runs: the training images each stage processes, and their time on one
 H100 where a measured training step applies to the stage's encoder.
 
-    python -m study.cost --config recipes/configs/reproduce_fashion_mnist_gpu.yaml [key=value ...]
+    python -m study.cost --config study/configs/reproduce_fashion_mnist_gpu.yaml [key=value ...]
         [--json FILE]
 
 A training is its optimizer steps x its global batch in images. Pre-training: each pre-trained row once per seed.
@@ -30,8 +30,8 @@ import torch
 from mpp.config.building import build_config
 from mpp.config.runs import FinetuneRunConfig, MPPRunConfig, SupervisedRunConfig
 from mpp.errors import ConfigError
-from mpp.experiments.config import ReproductionConfig, ReproductionRow
 from mpp.models.encoder import create_encoder
+from study.reproduction_config import ReproductionConfig, ReproductionRow
 
 Step = Literal["mpp", "supervised"]  # the step a training takes: MPP's, or a classifier's (supervised, fine-tuning)
 STAGES = ("pre-training (MPP)", "pre-training (supervised)", "fine-tuning", "from scratch")  # in the order printed
@@ -236,7 +236,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                                      "time on one H100 where a measured step applies")
     parser.add_argument("--config", type=Path, required=True, help="a reproduce_*.yaml preset")
     parser.add_argument("--json", type=Path, help="also write the cost here, as JSON")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="as recipes/reproduce.py takes them")
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="as python -m study.reproduce takes them")
     args = parser.parse_args(argv)
     try:
         cfg = build_config(ReproductionConfig, args.config, args.overrides)

@@ -30,13 +30,11 @@ from typing import Any, Optional
 from timm.models.vision_transformer import VisionTransformer
 
 from mpp.command_line import run_recipe
-from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig
 from mpp.config.building import build_config
+from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig
 from mpp.data.batch_order import steps_per_epoch
 from mpp.data.loading import build_dataset, check_batch_fits, sample_images
 from mpp.errors import ConfigError
-from study.representation_similarity import block_similarity, relative_weight_change
-from mpp.experiments.class_balance import class_balance
 from mpp.experiments.publishing import copy_to_publish_dir, publish_table
 from mpp.experiments.runner import (Run, at_first_seeds_rate, finished_widenings, recipe_command, run_experiment,
                                    swept_grids, widened_run_name, widened_sweep)
@@ -46,8 +44,10 @@ from mpp.private_apis import saved_model_file
 from mpp.run.directory import logged_scalars, read_metrics
 from mpp.run.session import configure_logging
 from mpp.training.checkpoint import checkpoint_path
+from study.class_balance import class_balance
 from study.curve_config import LONGER, PretrainingCurveConfig
 from study.curve_tables import curve_table, finetuned_table, plot_curve
+from study.representation_similarity import block_similarity, relative_weight_change
 
 logger = logging.getLogger("study.curve")  # not __main__ when run with -m
 PIXELS = "pixels"

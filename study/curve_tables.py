@@ -9,8 +9,8 @@ from typing import Any
 
 from mpp.evaluation.statistics import describe_difference, paired_difference
 from mpp.experiments.publishing import Comparison, holm_summary, mean_std, percent
-from mpp.experiments.reproduction_tables import GRID_EDGE, learning_rates
 from study.curve_config import LONGER
+from study.reproduction_tables import GRID_EDGE, learning_rates
 
 def chosen_rates(start: dict[str, Any]) -> str:
     """The rates chosen, a grid edge marked (``learning_rates``); from a results.json without the grid, plain."""

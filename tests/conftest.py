@@ -82,7 +82,7 @@ def experiment_runs_here(monkeypatch):
     """An experiment's runs (``mpp.experiments.runner``) each in the test's process, one at a time (``RunHere``),
     instead of a process of their own: for the tests of what an experiment plans, records and tables, where a toy run
     is mostly its process start (about 4 s of imports). The runner's own processes, stops and continuations are
-    tested apart (tests/experiments/test_reproduction.py)."""
+    tested apart (tests/study/test_reproduction.py)."""
     from launching import RunHere
     from mpp.experiments import runner
 

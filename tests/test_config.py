@@ -6,6 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mpp.config.building import build_config, config_keys, config_to_dict, parse_command_line
+from mpp.config.data import SOURCE_KINDS
 from mpp.config.runs import (
     FewShotRunConfig,
     FinetuneRunConfig,
@@ -15,15 +17,13 @@ from mpp.config.runs import (
     MPPRunConfig,
     SupervisedRunConfig,
 )
-from mpp.config.data import SOURCE_KINDS
-from mpp.config.building import build_config, config_keys, config_to_dict, parse_command_line
-from mpp.experiments.config import ReproductionConfig
 from mpp.errors import ConfigError
 from study.curve_config import PretrainingCurveConfig
+from study.reproduction_config import ReproductionConfig
 
 PRESETS = sorted(path for path in (Path(__file__).parents[1] / "recipes" / "configs").glob("*.yaml")
-                 if not path.stem.startswith(("reproduce_", "curve_", "compare_")))
-# the experiments' presets: test_reproduction.py, tests/study/test_curve.py, test_comparison.py
+                 if not path.stem.startswith("compare_"))
+# the experiments' presets: test_comparison.py, and in study/configs tests/study/
 
 
 def test_dotted_overrides_are_typed_by_the_field():

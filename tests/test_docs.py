@@ -2,10 +2,11 @@
 page's results are those the experiments wrote.
 
 A command is a line of a code block, or an inline code span, that runs a script of recipes/ or eval/ (by `python`,
-`accelerate launch`, `torchrun` or `sbatch recipes/slurm.sbatch`) or a module of the package (`python -m mpp...`).
-Its script or module must exist, and its arguments must parse without anything being run: a recipe's preset and
-`key=value` overrides into its config (by its own `cli`, with the run left out), a module's flags by its own argument
-parser (a module named without arguments only has to exist). A value the reader fills in is marked `<like this>` (or
+`accelerate launch`, `torchrun` or `sbatch recipes/slurm.sbatch`) or a module of the package or the checkout
+(`python -m mpp...`, `python -m study...`, `python -m tools...`). Its script or module must exist, and its arguments
+must parse without anything being run: a recipe's (or a study module's) preset and `key=value` overrides into its
+config (by its own `cli`, with the run left out), another module's flags by its own argument parser (a module named
+without arguments only has to exist). A value the reader fills in is marked `<like this>` (or
 `key=...`): a preset so marked is not read, a text override so marked is parsed with a stand-in value, any
 other override so marked has its key checked, and in a module's arguments
 it stands for 1. `[...]` marks what may be left out, and `...` more of the same. Shell variables set in the same
@@ -41,7 +42,9 @@ CODE_BLOCK = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
 INLINE_CODE = re.compile(r"`([^`]+)`")
 ASSIGNMENT = re.compile(r'^([A-Za-z_]\w*)="([^"]*)"$')
 ENVIRONMENT_VARIABLE = re.compile(r"^[A-Z_][A-Z0-9_]*=")
-STARTS = re.compile(r"(^|\s)(accelerate launch|torchrun|sbatch|(\S*/)?python3? (-m mpp|recipes/|eval/))")
+MODULES = ("mpp", "study", "tools")  # the package's, and the checkout's beside it
+STARTS = re.compile(r"(^|\s)(accelerate launch|torchrun|sbatch|(\S*/)?python3? (-m (mpp|study|tools)\b|recipes/|eval/)"
+                    r")")
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,7 @@ def parse_segment(tokens: list[str]) -> tuple[tuple[str, str], tuple[str, ...]] 
         return None
     program = Path(tokens[0]).name
     if program.startswith("python") and tokens[1:2] == ["-m"]:
-        return (("module", tokens[2]), tuple(tokens[3:])) if tokens[2].startswith("mpp") else None
+        return (("module", tokens[2]), tuple(tokens[3:])) if tokens[2].split(".")[0] in MODULES else None
     if program.startswith("python") or program in {"accelerate", "torchrun", "sbatch"}:
         module_style = "--module" in tokens  # accelerate launch --module recipes.mpp
         for index, token in enumerate(tokens[1:], start=1):
@@ -145,9 +148,9 @@ def key_annotations(config_class: type, prefix: str = "") -> dict[str, Any]:
     return found
 
 
-def check_recipe(script: Path, arguments: tuple[str, ...]) -> None:
-    """The script's own ``cli`` parses ``arguments`` into its config; ``run_recipe`` is replaced so nothing runs."""
-    module = load_script(script, f"docs_check_{script.stem}")
+def check_recipe(module: Any, arguments: tuple[str, ...]) -> None:
+    """A recipe's (a script's or module's) own ``cli`` parses ``arguments`` into its config; ``run_recipe`` is replaced
+    so nothing runs."""
     arguments = list(arguments)
     if "--config" in arguments:
         at = arguments.index("--config")
@@ -181,8 +184,13 @@ def check_recipe(script: Path, arguments: tuple[str, ...]) -> None:
 
 def check_module(name: str, arguments: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> None:
     """The module's own argument parser accepts ``arguments``; it is stopped there, before it does anything."""
+    name = name.split("." + PLACEHOLDER)[0]  # python -m tools.<name>: the package must exist
     assert importlib.util.find_spec(name) is not None, f"no module {name}"
     if not arguments:  # the module named in the text, not a command line to run
+        return
+    module = importlib.import_module(name)
+    if hasattr(module, "run_recipe"):  # a study's experiment: a recipe's command line
+        check_recipe(module, arguments)
         return
     parse_args = argparse.ArgumentParser.parse_args
 
@@ -206,7 +214,7 @@ def check_module(name: str, arguments: tuple[str, ...], monkeypatch: pytest.Monk
 def test_the_pages_show_commands_of_every_kind():
     kinds = {command.program for command in COMMANDS}
     assert {("script", "recipes/mpp.py"), ("script", "recipes/finetune.py"), ("script", "eval/few_shot.py"),
-            ("script", "recipes/reproduce.py"), ("module", "mpp.benchmark"), ("module", "mpp.data.prepare")} <= kinds
+            ("module", "study.reproduce"), ("module", "mpp.benchmark"), ("module", "mpp.data.prepare")} <= kinds
     assert len(COMMANDS) > 50
 
 
@@ -221,7 +229,7 @@ def test_every_command_shown_exists_and_its_arguments_parse(command, monkeypatch
             script = ROOT / target
             assert script.is_file(), f"{command}: no file {target}"
             if script.parent.name in {"recipes", "eval"} and script.suffix == ".py":
-                check_recipe(script, command.arguments)
+                check_recipe(load_script(script, f"docs_check_{script.stem}"), command.arguments)
     except (ConfigError, AssertionError) as error:
         pytest.fail(f"{command}\n{error}")
 

@@ -10,9 +10,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 # A file in the repository's own folders: with a suffix (mpp/mosaic or eval/test_accuracy without one are TensorBoard
 # tags), or one of CI's scripts. A placeholder such as <preset> or a wildcard is not a name.
-REPOSITORY_PATH = re.compile(r"(?<![\w/.-])((?:recipes|eval|docs|tests|mpp|results)/[\w./-]*\.\w+|\.ci/\w+)")
-# A preset named without its folder, as the pages and the presets' comments do
-PRESET_NAME = re.compile(r"(?<![\w/.-])((?:mpp|supervised|finetune|eval|reproduce)_\w+\.yaml)")
+REPOSITORY_PATH = re.compile(r"(?<![\w/.-])((?:recipes|eval|docs|tests|mpp|results|study|tools)/[\w./-]*\.\w+"
+                             r"|\.ci/\w+)")
+# A preset named without its folder, as the pages and the presets' comments do: the package's, or the study's
+PRESET_NAME = re.compile(r"(?<![\w/.-])((?:mpp|supervised|finetune|eval|compare|reproduce|curve|confirm)_\w+\.yaml)")
+PRESET_FOLDERS = ("recipes/configs", "study/configs")
 TEXT_FILES = (".md", ".yaml", ".py", ".sbatch", ".cff", ".toml", ".txt", "")
 
 
@@ -22,14 +24,30 @@ def repository_files() -> list[Path]:
     return [ROOT / name for name in listed if Path(name).suffix in TEXT_FILES and (ROOT / name).is_file()]
 
 
+def preset_path(name: str) -> str:
+    """A preset's path from its name: in the folder that holds it (the first where none does)."""
+    return next((f"{folder}/{name}" for folder in PRESET_FOLDERS if (ROOT / folder / name).is_file()),
+                f"{PRESET_FOLDERS[0]}/{name}")
+
+
+def current_lines(path: Path) -> list[str]:
+    """The file's lines; of the changelog, the unreleased section's only (a released version's entry names the files
+    of that version)."""
+    lines = path.read_text(errors="replace").splitlines()
+    if path.name == "CHANGELOG.md":
+        released = next(number for number, line in enumerate(lines) if re.match(r"## \d", line))
+        return lines[:released]
+    return lines
+
+
 def names_in(path: Path) -> list[tuple[int, str]]:
     found = []
-    for number, line in enumerate(path.read_text(errors="replace").splitlines(), start=1):
+    for number, line in enumerate(current_lines(path), start=1):
         for match in REPOSITORY_PATH.finditer(line):
             name = match.group(1).rstrip(".")
             if "<" not in line[match.start():match.end() + 1] and "*" not in name:
                 found.append((number, name))
-        found += [(number, f"recipes/configs/{match.group(1)}") for match in PRESET_NAME.finditer(line)]
+        found += [(number, preset_path(match.group(1))) for match in PRESET_NAME.finditer(line)]
     return found
 
 

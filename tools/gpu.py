@@ -19,7 +19,7 @@ them), its output in ``<dir>/<stage>.log``:
   loader cores one GPU needs;
 - ``fsdp``: accelerate's FSDP, one process on the GPU: a short run, its checkpoint, ``--resume``, the export;
 - ``profile``: where the step's time goes, supervised and MPP, by ``python -m mpp.benchmark.step_profile``;
-- ``reproduce``: the Fashion-MNIST reproductions at a GPU's scale (``recipes/reproduce.py``: the pre-registered
+- ``reproduce``: the Fashion-MNIST reproductions at a GPU's scale (``python -m study.reproduce``: the pre-registered
   family's all-label comparison first, then 100 labels per class), read from ``--fashion-mnist``, each plan's cost
   (``python -m study.cost``) recorded before they run; stopped at its time limit, the stage run again
   continues them.
@@ -53,8 +53,8 @@ from mpp.data.fashion_mnist import FILES as FASHION_MNIST_FILES
 from mpp.data.fashion_mnist import find_file
 from mpp.errors import DataError
 from mpp.experiments.publishing import measured_cell, percent
-from mpp.experiments.reproduction_tables import claim_comparisons, headline, measures_read
 from mpp.training.checkpoint import list_checkpoints, read_step
+from study.reproduction_tables import claim_comparisons, headline, measures_read
 
 CHECKOUT = Path(__file__).resolve().parents[1]  # the repository this tool is part of: its tests and recipes run
 RESULTS_JSON, RESULTS_MARKDOWN = "gpu_acceptance.json", "gpu_acceptance.md"
@@ -64,8 +64,8 @@ NO_MONITORS = ["monitor.few_shot_every=0", "monitor.mosaic_every=0", "monitor.fi
 
 
 # The pre-registered family's all-label comparison first: the primary protocol, and the cheaper of the two.
-REPRODUCTIONS = ("recipes/configs/reproduce_fashion_mnist_all_labels_gpu.yaml",
-                 "recipes/configs/reproduce_fashion_mnist_gpu.yaml")
+REPRODUCTIONS = ("study/configs/reproduce_fashion_mnist_all_labels_gpu.yaml",
+                 "study/configs/reproduce_fashion_mnist_gpu.yaml")
 PLAN_COSTS = "plan_costs"  # the reproduce stage's key for each reproduction's cost, beside its figures
 TOY_REPRODUCTION = (  # the first reproduction's grid at toy size: every stage of it runs a few steps of a tiny ViT
     # The rate chosen on the first seed only: the toy checks the pipeline, not the rate each seed would choose.
@@ -444,7 +444,7 @@ def profile_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
 
 
 def reproduce_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
-    """Each reproduction's plan cost, then each reproduction in turn (``recipes/reproduce.py``) on
+    """Each reproduction's plan cost, then each reproduction in turn (``python -m study.reproduce``) on
     ``plan.fashion_mnist``: its results.md beside the results, and each row's fine-tuned accuracy and each claim's
     paired difference with its 95% interval. At the time limit the experiment under way stops (its runs save a
     checkpoint); the stage run again continues it."""
@@ -462,7 +462,7 @@ def reproduce_stage(plan: Plan, out: Path, work: Path) -> dict[str, Any]:
     for preset in plan.reproductions:
         name = Path(preset).stem
         output_dir = work / name
-        outcome = run(plan, [sys.executable, "recipes/reproduce.py", "--config", preset,
+        outcome = run(plan, [sys.executable, "-m", "study.reproduce", "--config", preset,
                              *reproduction_overrides(plan, output_dir)],
                       out / "reproduce.log", max(1.0, deadline - time.monotonic()))
         if outcome.returncode is None:

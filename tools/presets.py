@@ -10,7 +10,7 @@ as ``python -m mpp.benchmark`` does: the MPP model for mpp_* presets, the classi
 (its micro batch, else its global batch) is timed whole when it holds at most ``--max-tokens`` patches in all (64
 images of 64 patches); a larger one is timed on ``--estimate-batch`` images and its step time scaled up by images
 (an estimate, marked so), its peak memory that of the smaller pass. The figure each reaches is the preset's own
-``# Reaches:`` comment; the reproductions'
+``# Reaches:`` comment; the reproductions' (``study/configs/reproduce_*``)
 figures come from their ``results/<experiment>/results.json``. With ``--out``, the page is written whole.
 """
 
@@ -31,12 +31,13 @@ import torch
 import yaml
 
 from mpp.benchmark.training_step import measure_interleaved
-from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig, SupervisedRunConfig
 from mpp.config.building import build_config
-from mpp.experiments.config import ComparisonConfig, ReproductionConfig
-from mpp.experiments.reproduction_tables import headline
+from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig, SupervisedRunConfig
+from mpp.experiments.config import ComparisonConfig
 from mpp.models.encoder import count_parameters, create_encoder
 from mpp.run.directory import write_whole
+from study.reproduction_config import ReproductionConfig
+from study.reproduction_tables import headline
 
 RECIPES = {"mpp": MPPRunConfig, "supervised": SupervisedRunConfig, "finetune": FinetuneRunConfig,
            "eval": FewShotRunConfig}
@@ -130,6 +131,7 @@ def preset_row(preset: Path, max_tokens: int, estimate_batch: int, repeats: int,
 
 
 EXPERIMENTS = {"reproduce": ReproductionConfig, "compare": ComparisonConfig}  # presets of whole experiments
+STUDY_CONFIGS = Path("study/configs")  # the reproductions' presets, beside the package's
 
 
 def is_experiment(preset: Path) -> bool:
@@ -182,7 +184,7 @@ at.
 
 ## Reproductions
 
-`python recipes/reproduce.py --config recipes/configs/reproduce_<preset>` runs a grid of the presets above over
+`python -m study.reproduce --config study/configs/reproduce_<preset>` runs a grid of the presets above over
 seeds ([Results](results.md)), and `python recipes/compare.py --config
 recipes/configs/compare_<preset>` compares MPP with random weights and raw pixels on your own images
 ([Your own images](own-images.md)); the wall time is that of the whole experiment on this project's 2-core machine,
@@ -211,7 +213,8 @@ def main(argv: list[str] | None = None) -> str:
     rows = [preset_row(preset, args.max_tokens, args.estimate_batch, args.repeats,
                        timed=not args.only or preset.stem in args.only)
             for preset in presets if not is_experiment(preset)]
-    reproductions = [experiment_row(preset) for preset in presets if is_experiment(preset)]
+    experiments = sorted([*presets, *STUDY_CONFIGS.glob("reproduce_*.yaml")], key=lambda preset: preset.name)
+    reproductions = [experiment_row(preset) for preset in experiments if is_experiment(preset)]
     command = "python -m tools.presets --out docs/presets.md"
     text = page(rows, reproductions, command)
     if args.out:

@@ -126,7 +126,7 @@ def decoded_drawings(files: list[Path], name: str, image_size: int) -> tuple[tor
     if failed:
         logger.warning("openclipart: %d of %d files left out, %s", len(failed), len(files), skip_summary(failed))
     cache.parent.mkdir(parents=True, exist_ok=True)
-    # Runs started together (a reproduction's first two) decode the same split at once, each writing it whole
+    # Runs started together (an experiment's first two) decode the same split at once, each writing it whole
     write_whole(cache, lambda partial: torch.save({"pixels": pixels, "kept": kept_positions}, partial), shared=True)
     return pixels, kept_positions
 

@@ -1,3 +1,3 @@
 """Experiments over the recipes: grids of ordinary recipe runs, run as subprocesses (``runner``), read into tables
-and plots and published (``publishing``): the paper's MPP claims (``reproduction``) and what MPP buys on your own
-images (``comparison``); their configs are in ``config``."""
+and published (``publishing``): what MPP buys on your own images over seeds (``comparison``); its config is in
+``config``. The checkout's study (``study/``) runs its experiments on the same runner."""

@@ -9,9 +9,9 @@ from pathlib import Path
 PRESETS = Path(__file__).parent
 
 # Each entry point's preset without --config (the eval/ scripts share one): the tiny CPU presets on the embedded
-# shapes data, so that a first run needs nothing but the install; the experiments, their CPU-sized study.
+# shapes data, so that a first run needs nothing but the install; the comparison, sized for a CPU.
 DEFAULTS = {"mpp": "mpp_tiny_cpu", "supervised": "supervised_tiny_cpu", "finetune": "finetune_tiny_cpu",
-            "eval": "eval_tiny_cpu", "compare": "compare_own_images_cpu", "reproduce": "reproduce_fashion_mnist_cpu"}
+            "eval": "eval_tiny_cpu", "compare": "compare_own_images_cpu"}
 # The preset sized for a CPU that a run of each kind on a CPU asking for a GPU's settings is pointed to.
 FOR_A_CPU = {"mpp": "mpp_own_images_cpu", "finetune": "finetune_own_images_cpu", "supervised": "supervised_tiny_cpu",
              "eval": "eval_own_images_cpu"}

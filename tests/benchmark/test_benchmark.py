@@ -193,7 +193,7 @@ def test_a_row_whose_process_dies_before_it_is_ready_ends_the_benchmark_naming_i
 def test_an_experiments_row_gives_balanced_accuracy_where_its_results_record_it(tmp_path):
     from tools.presets import experiment_row
 
-    preset = Path("recipes/configs/reproduce_openclipart_all_labels_cpu.yaml")
+    preset = Path("study/configs/reproduce_openclipart_all_labels_cpu.yaml")
     assert experiment_row(preset, tmp_path).endswith("| not run | - |")
     results = tmp_path / "reproduce-openclipart-all-labels-cpu" / "results.json"
     results.parent.mkdir(parents=True)

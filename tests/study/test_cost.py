@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from mpp.config.building import build_config
+from mpp.data.batch_order import steps_per_epoch
 from mpp.errors import ConfigError
 from mpp.evaluation.statistics import paired_t_power, seeds_for_power
-from mpp.experiments.config import ReproductionConfig
 from study.cost import (
     H100_PER_H200,
     H200_MEASURED_STEPS,
@@ -25,13 +25,14 @@ from study.cost import (
     plan_cost,
     pretraining_config,
 )
-from mpp.data.batch_order import steps_per_epoch
-from mpp.experiments.primary_family import (CLAIMS, FAMILY_LEVEL, PRETRAINING_EPOCHS, PROTOCOLS, family_size,
+from study.primary_family import (CLAIMS, FAMILY_LEVEL, PRETRAINING_EPOCHS, PROTOCOLS, family_size,
                                             paired_sd, power_plan, seeds_per_protocol)
-from tests.experiments.test_reproduction import TINY_PRESETS
+from study.reproduction_config import ReproductionConfig
+from tests.study.test_reproduction import TINY_PRESETS
 from tests.launching import ROOT
 
 CONFIGS = ROOT / "recipes" / "configs"
+STUDY_CONFIGS = ROOT / "study" / "configs"  # the reproductions' presets
 TINY_PLAN = {  # three seeds of three rows: every stage's steps and batch its own, so each count is told apart
     **{key: str(CONFIGS / name) for key, name in TINY_PRESETS.items()},
     "seeds": [0, 1, 2],
@@ -130,17 +131,18 @@ CLAIM = CLAIMS[0]  # MPP beats training from scratch
 
 def gpu_preset(name: str, monkeypatch) -> ReproductionConfig:
     monkeypatch.chdir(ROOT)  # a preset names the stage presets from the repository's root
-    return build_config(ReproductionConfig, CONFIGS / name)
+    return build_config(ReproductionConfig, STUDY_CONFIGS / name)
 
 
 def header(name: str) -> str:
     """A preset's comments, as one line of text."""
-    comments = [line.lstrip("#").strip() for line in (CONFIGS / name).read_text().splitlines() if line.startswith("#")]
+    comments = [line.lstrip("#").strip() for line in (STUDY_CONFIGS / name).read_text().splitlines()
+                if line.startswith("#")]
     return " ".join(comments)
 
 
 def test_every_gpu_preset_is_planned_here():
-    assert sorted(path.name for path in CONFIGS.glob("reproduce_*_gpu.yaml")) == sorted(GPU_PRESETS)
+    assert sorted(path.name for path in STUDY_CONFIGS.glob("reproduce_*_gpu.yaml")) == sorted(GPU_PRESETS)
 
 
 @pytest.mark.parametrize("name", GPU_PRESETS)
@@ -207,7 +209,7 @@ def test_a_gpu_preset_pre_trains_the_registered_length(name, monkeypatch):
 def test_the_performance_page_shows_each_gpu_presets_cost_as_the_command_prints_it(monkeypatch):
     page = (ROOT / "docs" / "performance.md").read_text()
     for name in GPU_PRESETS:
-        command = f"python -m study.cost --config recipes/configs/{name}"
+        command = f"python -m study.cost --config study/configs/{name}"
         table = "\n".join(line for line in cost_table(gpu_preset(name, monkeypatch)).splitlines()
                           if line.startswith("|"))
         assert f"```\n{command}\n```\n\n{table}\n" in page, name

@@ -34,7 +34,7 @@ def test_without_cuda_it_refuses_in_one_line(tmp_path):
 @pytest.mark.slow
 @pytest.mark.many_runs
 def test_the_dry_run_goes_through_every_stage_and_writes_json_and_markdown(tmp_path):
-    """Every stage but the reproduction, which tests/experiments/test_reproduction.py runs through this command's
+    """Every stage but the reproduction, which tests/study/test_reproduction.py runs through this command's
     reproduce stage (stopped at its time limit, continued, finished: the toy reproduction runs once in the suite);
     the dry run's own reproduction, the registered preset at toy sizes, is costed below."""
     out = tmp_path / "out"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mpp.evaluation.statistics import paired_t_power
-from mpp.experiments.primary_family import CLAIMS, PROTOCOLS, family_size, power_plan, seeds_per_protocol
+from study.primary_family import CLAIMS, PROTOCOLS, family_size, power_plan, seeds_per_protocol
 
 ROOT = Path(__file__).resolve().parents[2]
 

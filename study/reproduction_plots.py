@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from mpp.experiments.publishing import mean_std
-from mpp.experiments.reproduction_tables import BASELINES, headline
+from study.reproduction_tables import BASELINES, headline
 
 
 COLOURS = {None: "C7", "mpp": "C0", "supervised": "C1"}  # bars by kind of pre-training

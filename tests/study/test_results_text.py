@@ -40,12 +40,12 @@ import pytest
 
 from mpp.config.building import build_config
 from mpp.evaluation.statistics import describe_difference, paired_difference
-from mpp.experiments.config import ReproductionConfig
 from mpp.experiments.publishing import percent
-from mpp.experiments.reproduction import reproduce
 from study.confirmatory import ConfirmatoryConfig, confirmatory_test
 from study.curve import pretraining_curve
 from study.curve_config import PretrainingCurveConfig
+from study.reproduction import reproduce
+from study.reproduction_config import ReproductionConfig
 from tests.test_docs import FRONT_PAGE_EXPERIMENTS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,8 +86,7 @@ FIGURE = re.compile(r"^(\d+\.\d{1,3})(?: ± \d+\.\d{1,3})?$")  # a percentage, o
 def published_presets() -> dict[str, Path]:
     """{experiment: preset} of every experiment that writes a section of docs/results.md."""
     presets = {}
-    for preset in sorted([*(ROOT / "recipes" / "configs").glob("*.yaml"),
-                          *(ROOT / "study" / "configs").glob("*.yaml")]):
+    for preset in sorted((ROOT / "study" / "configs").glob("*.yaml")):
         settings = preset.read_text()
         kind = preset.stem.split("_")[0]
         if kind in ("reproduce", "curve", "confirm") and "results_page: docs/results.md" in settings:

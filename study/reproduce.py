@@ -1,6 +1,6 @@
 """The paper's masked patch prediction findings (Sec. 4.6), reproduced at a scale this machine can run.
 
-    python recipes/reproduce.py [--config recipes/configs/reproduce_<preset>.yaml] [key=value ...]
+    python -m study.reproduce [--config study/configs/reproduce_<preset>.yaml] [key=value ...]
 
 Rows: from scratch; MPP (3-bit mean colour, downsized patch or L2 pixels, 50% corrupted; mean colour 15%);
 supervised. Each is pre-trained, fine-tuned on a few labels and scored by few-shot regression on frozen features,
@@ -12,29 +12,24 @@ again continues a stopped experiment.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-sys.path = [entry for entry in sys.path if Path(entry or ".").resolve() != Path(__file__).resolve().parent]
-
 from mpp.command_line import run_recipe
-from mpp.experiments.config import ReproductionConfig
-from mpp.presets import default_preset
+from study.reproduction_config import ReproductionConfig
 
-DEFAULT_PRESET = default_preset("reproduce")
+DEFAULT_PRESET = Path(__file__).parent / "configs" / "reproduce_fashion_mnist_cpu.yaml"
 
 
 def main(cfg: ReproductionConfig) -> None:
-    from mpp.experiments.reproduction import reproduce  # with torch, once the config is valid
     from mpp.run.session import configure_logging
+    from study.reproduction import reproduce  # with torch, once the config is valid
 
     configure_logging()
-    reproduce(cfg, Path(__file__).resolve().parents[1])  # the repository whose recipes it runs
-
+    reproduce(cfg, Path(__file__).resolve().parents[1])  # the checkout whose recipes it runs
 
 
 def cli() -> None:
-    """The command line."""
+    """The command line: ``python -m study.reproduce [--config FILE] [key=value ...]``."""
     run_recipe(main, ReproductionConfig, DEFAULT_PRESET, description=__doc__)
 
 

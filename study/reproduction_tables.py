@@ -1,6 +1,6 @@
 """The reproduction's tables, from its results.json: every row's accuracies and balanced accuracies (a learning rate
 chosen at its grid's edge marked), both readouts, the frozen fits; the primary family's comparisons this experiment
-holds (``mpp.experiments.primary_family``), Holm-corrected over them alone; each claim and what MPP's encoder should
+holds (``study.primary_family``), Holm-corrected over them alone; each claim and what MPP's encoder should
 beat as exploratory paired differences read like with like, with a Holm correction across those; and the references
 on the same images."""
 
@@ -10,7 +10,6 @@ import statistics
 from typing import Any, Optional
 
 from mpp.evaluation.statistics import PairedDifference, holm_adjusted, paired_difference
-from mpp.experiments.primary_family import CLAIMS, FAMILY_LEVEL, PROTOCOLS, PrimaryClaim, Protocol, family_size
 from mpp.experiments.publishing import (
     Comparison,
     comparison_table,
@@ -19,6 +18,7 @@ from mpp.experiments.publishing import (
     measured_cell,
     percent,
 )
+from study.primary_family import CLAIMS, FAMILY_LEVEL, PROTOCOLS, PrimaryClaim, Protocol, family_size
 
 
 BASELINES = {"linear_probe": "logistic regression on raw pixels", "knn": "kNN on raw pixels (cosine)"}

@@ -2,7 +2,7 @@
 grey and one colour data set (16 comparisons), tested with a Holm correction over them alone; every other comparison
 of the experiments is exploratory. Here: the family, and its power plan from the published results.
 
-    python -m mpp.experiments.primary_family [--results results] [--power 0.8]
+    python -m study.primary_family [--results results] [--power 0.8]
 
 prints, for each comparison, the effect it must detect, the paired SD it is planned with (read from the published
 results.json of the experiment that ran it), and the seeds that give the power asked for at the level Holm's

@@ -27,17 +27,17 @@ from typing import Any, Optional
 
 import yaml
 
-from mpp.config.runs import FinetuneRunConfig
 from mpp.config.building import build_config, config_to_dict
+from mpp.config.runs import FinetuneRunConfig
 from mpp.errors import ConfigError, RunError
-from mpp.experiments.class_balance import class_balance
-from mpp.experiments.config import ReproductionConfig, ReproductionRow
 from mpp.experiments.publishing import copy_to_publish_dir, publish_table
-from mpp.experiments.reproduction_plots import plot_results
-from mpp.experiments.reproduction_tables import BASELINES, READOUTS, primary_record, results_table, rows_at_chance
 from mpp.experiments.runner import (EVALUATIONS, Run, at_first_seeds_rate, finished_widenings, recipe_command,
                                    run_experiment, swept_grids, widened_run_name, widened_sweep)
 from mpp.run.directory import CONFIG_FILE, logged_scalars, read_metrics
+from study.class_balance import class_balance
+from study.reproduction_config import ReproductionConfig, ReproductionRow
+from study.reproduction_plots import plot_results
+from study.reproduction_tables import BASELINES, READOUTS, primary_record, results_table, rows_at_chance
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The reproduction experiment (recipes/reproduce.py): the grid of runs it plans, the order it runs them in, how it
+"""The reproduction experiment (python -m study.reproduce): the grid of runs it plans, the order it runs them in, how it
 continues after a stop, the table it writes, and the whole experiment end to end on tiny runs."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mpp.config.building import build_config
 from mpp.config.runs import (
     FewShotRunConfig,
     FinetuneRunConfig,
@@ -23,25 +24,25 @@ from mpp.config.runs import (
     MPPRunConfig,
     SupervisedRunConfig,
 )
-from mpp.config.building import build_config
 from mpp.errors import ConfigError
 from mpp.evaluation.statistics import PairedDifference
-from mpp.experiments.config import PAPER_CLAIMS, PAPER_ROWS, ReproductionConfig
-from mpp.experiments.primary_family import CLAIMS
-from mpp.experiments.reproduction import (
+from mpp.experiments.runner import Run, RunFailed, claim_experiment, execute, finished_widenings, widened_grid
+from study.primary_family import CLAIMS
+from study.reproduction import (
     check_validation_split,
     collect_results,
     plan_runs,
     reproduce,
     with_sweep_grids,
 )
-from mpp.experiments.reproduction_plots import finetune_plot_figures, monitor_plot_figures
-from mpp.experiments.reproduction_tables import holm_cell, primary_record, results_table, rows_at_chance
-from mpp.experiments.runner import Run, RunFailed, claim_experiment, execute, finished_widenings, widened_grid
-from tests.launching import ROOT, run_here
+from study.reproduction_config import PAPER_CLAIMS, PAPER_ROWS, ReproductionConfig
+from study.reproduction_plots import finetune_plot_figures, monitor_plot_figures
+from study.reproduction_tables import holm_cell, primary_record, results_table, rows_at_chance
+from tests.launching import ROOT, run_module_here
 from tools.gpu import PLAN_COSTS, dry_run_plan, reproduce_stage, reproduction_overrides, summary
 
 CONFIGS = ROOT / "recipes" / "configs"
+STUDY_CONFIGS = ROOT / "study" / "configs"  # the reproductions' presets
 TINY_PRESETS = {"mpp_preset": "mpp_tiny_cpu.yaml", "supervised_preset": "supervised_tiny_cpu.yaml",
                 "finetune_preset": "finetune_tiny_cpu.yaml", "eval_preset": "eval_tiny_cpu.yaml"}
 TINY = {  # every run a few steps of a one-block ViT on 16x16 shapes
@@ -172,7 +173,7 @@ def test_fine_tuning_on_all_the_labels_fits_each_raw_pixel_baseline_once_per_see
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("preset", sorted(CONFIGS.glob("reproduce_*.yaml")), ids=lambda path: path.stem)
+@pytest.mark.parametrize("preset", sorted(STUDY_CONFIGS.glob("reproduce_*.yaml")), ids=lambda path: path.stem)
 def test_every_shipped_experiment_plans_runs_its_recipes_accept(preset, monkeypatch):
     monkeypatch.chdir(ROOT)  # the presets name the stage presets from the repository root, as the README runs them
     runs = plan_runs(build_config(ReproductionConfig, preset), ROOT)
@@ -460,8 +461,7 @@ def test_the_whole_experiment_stopped_and_continued_by_the_gpu_commands_stage_wr
     assert re.findall(r"(\d+) runs, (\d+) already finished", log)[0] == (str(runs), "0")
     # Continued by the stage's own command, here with its runs in this process (experiment_runs_here); then the stage
     # once more, which finds every run finished, starts none and reads the results.
-    continued = run_here("--config", str(preset), *reproduction_overrides(plan, output_dir),
-                         script=ROOT / "recipes" / "reproduce.py")
+    continued = run_module_here("study.reproduce", "--config", str(preset), *reproduction_overrides(plan, output_dir))
     (total, before), = re.findall(r"(\d+) runs, (\d+) already finished", continued.stderr)
     assert total == str(runs) and 0 < int(before) < runs
     passed = reproduce_stage(dataclasses.replace(plan, limits_s={"reproduce": 1200}), out, work)  # a hang's guard
