@@ -25,13 +25,13 @@ from mpp.config.building import build_config
 from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig
 from mpp.errors import ConfigError
 from mpp.evaluation.statistics import PairedDifference, paired_difference, student_t_two_sided_p
-from mpp.experiments.config import ExperimentConfig
-from mpp.experiments.publishing import check_section, markdown_table, mean_std, percent, replace_section
+from mpp.experiments.publishing import markdown_table, mean_std, percent
 from mpp.experiments.runner import Run, claim_experiment, execute, recipe_command
 from mpp.run.directory import read_metrics, write_whole
 from mpp.run.session import configure_logging
 from study.class_balance import class_balance
 from study.curve import last_fifths_training_accuracy
+from study.results_page import PublishedExperimentConfig, check_section, write_section
 
 logger = logging.getLogger("study.confirmatory")  # not __main__ when run with -m
 REPOSITORY = Path(__file__).resolve().parents[1]  # whose recipes the runs launch
@@ -51,11 +51,11 @@ class Arm:
 
 
 @dataclass
-class ConfirmatoryConfig(ExperimentConfig):
+class ConfirmatoryConfig(PublishedExperimentConfig):
     """study/confirmatory.py: the registered test (``registration`` names where it is written down)."""
 
     # Continued on a lent machine, its time there may differ.
-    FREE_ON_CONTINUE: ClassVar[tuple[str, ...]] = (*ExperimentConfig.FREE_ON_CONTINUE, "time_budget_minutes",
+    FREE_ON_CONTINUE: ClassVar[tuple[str, ...]] = (*PublishedExperimentConfig.FREE_ON_CONTINUE, "time_budget_minutes",
                                                    "timing_steps", "cost_only")
 
     output_dir: str = "runs/confirm"
@@ -354,8 +354,7 @@ def publish(cfg: ConfirmatoryConfig, results: dict[str, Any]) -> str:
         write_whole(folder / "results.json",
                     lambda partial: partial.write_text(json.dumps(results, indent=2) + "\n"))
         (folder / "results.md").write_text(table)
-    if cfg.results_page:
-        replace_section(Path(cfg.results_page), Path(cfg.output_dir).name, table)
+    write_section(cfg, table)
     return table
 
 
@@ -372,8 +371,7 @@ def confirmatory_test(cfg: ConfirmatoryConfig) -> str:
                           "them named by better and worse")
     if cfg.cost_only:
         return training_images(cfg)
-    if cfg.results_page:
-        check_section(Path(cfg.results_page), Path(cfg.output_dir).name)
+    check_section(cfg)
     results = published(cfg)
     unknown = set(results["per_seed"]) - {str(seed) for seed in cfg.seeds}
     if unknown:

@@ -47,6 +47,7 @@ from mpp.training.checkpoint import checkpoint_path
 from study.class_balance import class_balance
 from study.curve_config import LONGER, PretrainingCurveConfig
 from study.curve_tables import curve_table, finetuned_table, plot_curve
+from study.results_page import check_section, write_section
 from study.representation_similarity import block_similarity, relative_weight_change
 
 logger = logging.getLogger("study.curve")  # not __main__ when run with -m
@@ -296,6 +297,7 @@ def publish(cfg: PretrainingCurveConfig, results: dict[str, Any], folder: Path) 
     tables = curve_table(results) + (f"\nFine-tuned (exploratory):\n\n{finetuned_table(results)}"
                                      if "finetuned" in results else "")
     table = publish_table(cfg, folder, tables, results["runs"], results["wall_seconds"])
+    write_section(cfg, table)
     plot = plot_curve(results, folder / "pretraining_curve.png")
     copy_to_publish_dir(cfg, folder, [plot])
     return {**results, "table": table, "plot": str(plot)}
@@ -303,6 +305,7 @@ def publish(cfg: PretrainingCurveConfig, results: dict[str, Any], folder: Path) 
 
 def pretraining_curve(cfg: PretrainingCurveConfig, repository: Path) -> dict[str, Any]:
     """Every run not yet finished (the recipes of ``repository``), then the table and the plot."""
+    check_section(cfg)  # before anything runs
     # Builds the dataset: only when runs are planned.
     epoch_steps = functools.cache(lambda: pretraining_steps_per_epoch(cfg))
     return run_experiment(cfg, lambda: plan_runs(cfg, repository, epoch_steps()),

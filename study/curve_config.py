@@ -7,20 +7,20 @@ from typing import ClassVar, Optional
 
 from mpp.config.model import Pooling
 from mpp.errors import ConfigError
-from mpp.experiments.config import ExperimentConfig
+from study.results_page import PublishedExperimentConfig
 
 LONGER = "finetune-longer"  # the runs of ``longer_finetune_steps``, and their stage and results' key
 
 
 @dataclass
-class PretrainingCurveConfig(ExperimentConfig):
+class PretrainingCurveConfig(PublishedExperimentConfig):
     """``python -m study.curve``: frozen-feature quality as MPP pre-training grows. One MPP run per seed, of
     ``pretraining_epochs`` epochs, checkpointed every epoch; the encoder at initialisation and at each checkpoint of
     ``epochs`` read by the linear probe on every training label and by few-shot regression."""
 
     # Continued, it may read other lengths (checkpoints of the same runs, whose length, pretraining_epochs, is fixed)
     # and add the longer fine-tuning (runs of its own).
-    FREE_ON_CONTINUE: ClassVar[tuple[str, ...]] = (*ExperimentConfig.FREE_ON_CONTINUE, "epochs",
+    FREE_ON_CONTINUE: ClassVar[tuple[str, ...]] = (*PublishedExperimentConfig.FREE_ON_CONTINUE, "epochs",
                                                    "longer_finetune_steps")
 
     output_dir: str = "runs/pretraining-curve"  # one folder per run inside, then results.md, results.json and the plot

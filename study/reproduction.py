@@ -38,6 +38,7 @@ from study.class_balance import class_balance
 from study.reproduction_config import ReproductionConfig, ReproductionRow
 from study.reproduction_plots import plot_results
 from study.reproduction_tables import BASELINES, READOUTS, primary_record, results_table, rows_at_chance
+from study.results_page import check_section, write_section
 
 logger = logging.getLogger(__name__)
 
@@ -278,6 +279,7 @@ def publish(cfg: ReproductionConfig, results: dict[str, Any], folder: Path) -> d
     paths."""
     table = publish_table(cfg, folder, results_table(with_sweep_grids(cfg, results), Path(cfg.output_dir).name),
                           results["runs"], results["wall_seconds"])
+    write_section(cfg, table)
     plots = plot_results(results, folder)
     copy_to_publish_dir(cfg, folder, plots)
     return {**results, "table": table, "plots": [str(path) for path in plots]}
@@ -286,7 +288,8 @@ def publish(cfg: ReproductionConfig, results: dict[str, Any], folder: Path) -> d
 def reproduce(cfg: ReproductionConfig, repository: Path) -> dict[str, Any]:
     """The whole experiment: every run not yet finished (the recipes of ``repository``), then the tables and the
     plots; a row left at chance fails it once they are written. A validation split too small is refused before
-    anything runs."""
+    anything runs, as is a results page without the experiment's section."""
+    check_section(cfg)
     if not cfg.tables_only:  # which writes the tables of runs made, and runs nothing
         check_validation_split(cfg)
     results = run_experiment(cfg, lambda: plan_runs(cfg, repository), lambda: collect_results(cfg),

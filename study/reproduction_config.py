@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Literal, Optional
 
 from mpp.errors import ConfigError
-from mpp.experiments.config import ExperimentConfig
+from study.results_page import PublishedExperimentConfig
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ PAPER_CLAIMS = (
 
 
 @dataclass
-class ReproductionConfig(ExperimentConfig):
+class ReproductionConfig(PublishedExperimentConfig):
     """``python -m study.reproduce``: the paper's MPP findings (Sec. 4.6) tested as a grid of runs of the recipes,
     every row once per seed."""
 

@@ -173,3 +173,23 @@ def test_the_library_never_imports_the_study_or_the_tools_beside_it():
             if outside:
                 found[module_name(path)] = outside
     assert not found, f"the library imports what lives beside it: {found}"
+
+
+def test_the_study_and_the_tools_use_no_private_name_of_the_package():
+    """study/ and tools/ reach mpp by its named modules and names: no ``_private`` module or name, and the libraries'
+    private APIs only through mpp/private_apis.py (tests/test_private_apis.py)."""
+    root = Path(__file__).parents[1]
+    found = {}
+    for path in sorted([*(root / "study").rglob("*.py"), *(root / "tools").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "mpp":
+                names = [*node.module.split("."), *(alias.name for alias in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [part for alias in node.names if alias.name.split(".")[0] == "mpp"
+                         for part in alias.name.split(".")]
+            else:
+                continue
+            private = [name for name in names if name.startswith("_") and not name.startswith("__")]
+            if private:
+                found[str(path.relative_to(root))] = private
+    assert not found, f"private names of the package used beside it: {found}"

@@ -18,8 +18,8 @@ class ExperimentConfig:
     # Settings an experiment may change when continued: which seeds (each seed's runs are independent of the others',
     # so an experiment at 3 seeds grows to 5 by running again with 5), how many runs at once, where results are
     # published; a kind of experiment adds its own.
-    FREE_ON_CONTINUE: ClassVar[tuple[str, ...]] = ("seeds", "parallel_runs", "publish_dir", "results_page",
-                                                   "tables_only", "chance_margin")
+    FREE_ON_CONTINUE: ClassVar[tuple[str, ...]] = ("seeds", "parallel_runs", "publish_dir", "tables_only",
+                                                   "chance_margin")
 
     output_dir: str = "runs/experiment"  # one folder per run inside, then results.md, results.json and the plots
     seeds: tuple[int, ...] = (0, 1, 2)  # each seed repeats everything: pre-training, labelled subset, fine-tuning
@@ -33,10 +33,8 @@ class ExperimentConfig:
     few_shot: tuple[str, ...] = ()  # every few-shot evaluation (few_shot.*)
     linear_probe: tuple[str, ...] = ()  # every logistic regression (linear_probe.*)
     # Where the results are published once the experiment is done: a folder that gets copies of results.md,
-    # results.json and the plots, and a Markdown file whose section between "<!-- results: <name> -->" and
-    # "<!-- /results: <name> -->" (name: output_dir's last part) is replaced by the tables. Empty: neither.
+    # results.json and the plots. Empty: none.
     publish_dir: str = ""
-    results_page: str = ""
     tables_only: bool = False  # write the tables, plots and page section again from results.json, running nothing
     # With finetune.sweep_lrs: each fine-tuning's learning rate is chosen once, on the first seed's validation split,
     # and the other seeds' fine-tuning trains at it (finetune.lr_from) without a sweep of its own. False: every seed

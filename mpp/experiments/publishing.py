@@ -1,6 +1,5 @@
 """What an experiment publishes: its tables (figures as mean ± standard deviation, comparisons as paired differences
-with their 95% intervals and a Holm correction across them), results.md, copies in ``publish_dir`` and its section of
-a results page (``results_page``, between ``<!-- results: <name> -->`` and ``<!-- /results: <name> -->``).
+with their 95% intervals and a Holm correction across them), results.md and copies in ``publish_dir``.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from typing import Any
 from mpp.errors import ConfigError
 from mpp.evaluation.statistics import PairedDifference, describe_difference, holm_adjusted
 from mpp.experiments.config import ExperimentConfig
-from mpp.run.directory import write_whole
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -84,12 +82,9 @@ def holm_summary(comparisons: list[Comparison], kind: str = "") -> list[str]:
 
 
 def publish_table(cfg: ExperimentConfig, folder: Path, table: str, runs: int, wall_seconds: float) -> str:
-    """An experiment's ``table`` with its wall time: written to ``folder``/results.md and into ``results_page``'s
-    section, where set; returned."""
+    """An experiment's ``table`` with its wall time: written to ``folder``/results.md; returned."""
     table += f"\n{runs} runs, {cfg.parallel_runs} at a time, in {wall_seconds / 60:.0f} min of wall time.\n"
     (folder / "results.md").write_text(table)
-    if cfg.results_page:
-        replace_section(Path(cfg.results_page), Path(cfg.output_dir).name, table)
     return table
 
 
@@ -112,25 +107,3 @@ def published_results(cfg: ExperimentConfig) -> tuple[Path, dict[str, Any]]:
                           "experiment first (without tables_only)")
     return folder, json.loads(path.read_text())
 
-
-def section_markers(name: str) -> tuple[str, str]:
-    return f"<!-- results: {name} -->", f"<!-- /results: {name} -->"
-
-
-def check_section(page: Path, name: str) -> None:
-    """A ConfigError unless ``page`` holds the section ``name`` once (checked before the experiment starts)."""
-    start, end = section_markers(name)
-    text = page.read_text() if page.is_file() else ""
-    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
-        raise ConfigError(f"results_page={page} needs one section to write the results into: a line {start}, then "
-                          f"a line {end}; add them, or leave results_page empty")
-
-
-def replace_section(page: Path, name: str, content: str) -> None:
-    """``page`` with its section ``name`` holding ``content``, written whole or not at all."""
-    check_section(page, name)
-    start, end = section_markers(name)
-    text = page.read_text()
-    before, rest = text.split(start, 1)
-    after = rest.split(end, 1)[1]
-    write_whole(page, lambda partial: partial.write_text(f"{before}{start}\n{content}{end}{after}"))

@@ -27,7 +27,7 @@ import yaml
 from mpp.config.building import config_to_dict
 from mpp.errors import ConfigError, RunError
 from mpp.experiments.config import ExperimentConfig
-from mpp.experiments.publishing import check_section, published_results
+from mpp.experiments.publishing import published_results
 from mpp.run.directory import read_metrics
 
 logger = logging.getLogger(__name__)
@@ -263,9 +263,7 @@ def run_experiment(cfg: ExperimentConfig, plan: Callable[[], list[Run]], results
     """An experiment from its start or from where it stopped: its ``plan``'s runs not yet finished, then results.json
     (``results_of`` the finished runs, with the wall time of every invocation and how many runs ran: a later
     ``tables_only`` may plan another grid), then ``publish``. With ``tables_only``: ``publish`` of the published
-    results.json, running nothing. A results page without the experiment's section is refused before anything runs."""
-    if cfg.results_page:
-        check_section(Path(cfg.results_page), Path(cfg.output_dir).name)
+    results.json, running nothing."""
     if cfg.tables_only:
         folder, results = published_results(cfg)
         return publish(results, folder)
