@@ -36,8 +36,7 @@ from mpp.data.batch_order import steps_per_epoch
 from mpp.data.loading import build_dataset, check_batch_fits, sample_images
 from mpp.errors import ConfigError
 from mpp.experiments.publishing import copy_to_publish_dir, publish_table
-from mpp.experiments.runner import (Run, at_first_seeds_rate, finished_widenings, recipe_command, run_experiment,
-                                   swept_grids, widened_run_name, widened_sweep)
+from mpp.experiments.runner import Run, at_first_seeds_rate, recipe_command, run_experiment
 from mpp.models.encoder import InputNormalisation, create_encoder
 from mpp.models.pretrained import fine_tuning_encoder, read_pretrained
 from mpp.private_apis import saved_model_file
@@ -47,8 +46,9 @@ from mpp.training.checkpoint import checkpoint_path
 from study.class_balance import class_balance
 from study.curve_config import LONGER, PretrainingCurveConfig
 from study.curve_tables import curve_table, finetuned_table, plot_curve
-from study.results_page import check_section, write_section
+from study.learning_rate_widening import finished_widenings, swept_grids, widened_run_name, widened_sweep
 from study.representation_similarity import block_similarity, relative_weight_change
+from study.results_page import check_section, write_section
 
 logger = logging.getLogger("study.curve")  # not __main__ when run with -m
 PIXELS = "pixels"

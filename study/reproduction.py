@@ -31,10 +31,10 @@ from mpp.config.building import build_config, config_to_dict
 from mpp.config.runs import FinetuneRunConfig
 from mpp.errors import ConfigError, RunError
 from mpp.experiments.publishing import copy_to_publish_dir, publish_table
-from mpp.experiments.runner import (EVALUATIONS, Run, at_first_seeds_rate, finished_widenings, recipe_command,
-                                   run_experiment, swept_grids, widened_run_name, widened_sweep)
+from mpp.experiments.runner import EVALUATIONS, Run, at_first_seeds_rate, recipe_command, run_experiment
 from mpp.run.directory import CONFIG_FILE, logged_scalars, read_metrics
 from study.class_balance import class_balance
+from study.learning_rate_widening import finished_widenings, swept_grids, widened_run_name, widened_sweep
 from study.reproduction_config import ReproductionConfig, ReproductionRow
 from study.reproduction_plots import plot_results
 from study.reproduction_tables import BASELINES, READOUTS, primary_record, results_table, rows_at_chance

@@ -26,7 +26,8 @@ from mpp.config.runs import (
 )
 from mpp.errors import ConfigError
 from mpp.evaluation.statistics import PairedDifference
-from mpp.experiments.runner import Run, RunFailed, claim_experiment, execute, finished_widenings, widened_grid
+from mpp.experiments.runner import Run, RunFailed, claim_experiment, execute
+from study.learning_rate_widening import finished_widenings, widened_grid
 from study.primary_family import CLAIMS
 from study.reproduction import (
     check_validation_split,
