@@ -17,8 +17,8 @@ from typing import Any
 
 from mpp.evaluation.statistics import paired_difference
 from mpp.experiments.config import ComparisonConfig
-from mpp.experiments.publishing import (Comparison, comparison_table, holm_summary, markdown_table, percent,
-                                        publish_table)
+from mpp.experiments.publishing import (Comparison, comparison_table, copy_to_publish_dir, holm_summary,
+                                        markdown_table, percent, publish_table)
 from mpp.experiments.runner import Run, at_first_seeds_rate, recipe_command, run_experiment
 from mpp.run.directory import read_metrics
 
@@ -112,7 +112,9 @@ def results_table(results: dict[str, Any]) -> str:
 
 
 def publish(cfg: ComparisonConfig, results: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """results.md in ``folder`` beside its results.json, both copied to ``publish_dir`` where set."""
     table = publish_table(cfg, folder, results_table(results), results["runs"], results["wall_seconds"])
+    copy_to_publish_dir(cfg, folder, [])
     return {**results, "table": table}
 
 

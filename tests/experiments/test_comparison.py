@@ -12,7 +12,7 @@ import pytest
 import mpp
 from mpp.config.building import build_config
 from mpp.errors import ConfigError
-from mpp.experiments.comparison import compare, plan_runs, results_table
+from mpp.experiments.comparison import compare, plan_runs, publish, results_table
 from mpp.experiments.config import ComparisonConfig
 from mpp.recipes import python_api
 from tests.launching import ROOT, run_here
@@ -73,6 +73,28 @@ def test_the_tables_give_each_arm_the_paired_differences_and_the_floors():
     assert "| MPP pre-trained - random weights | +13.3 [+6.2, +20.5], shown (p 0.015) | +3.3 [-11.0, +17.7], " in table
     assert "| MPP pre-trained - raw pixels | — | +13.3 [-1.0, +27.7], not shown (p 0.057; " in table
     assert table.count("These tables read 4 comparisons") == 2  # one family per measure; kNN's 0 difference: no p
+
+
+def test_the_results_are_copied_to_publish_dir_and_its_tables_written_again_from_there(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the preset names its stage presets from the repository root
+    finished, published = tmp_path / "comparison", tmp_path / "published"
+    finished.mkdir()
+    arm = {"accuracy": [0.6, 0.7], "balanced_accuracy": [0.6, 0.7]}
+    floors = {"majority_class_accuracy": 0.5, "chance_balanced_accuracy": 0.5}
+    results = {"seeds": [0, 1], "runs": 18, "wall_seconds": 120.0, "protocols": {
+        "finetune": {"mpp": arm, "random": arm, "floors": floors},
+        **{protocol: {"mpp": arm, "random": arm, "pixels": arm, "floors": floors}
+           for protocol in ("linear_probe", "knn")}}}
+    (finished / "results.json").write_text(json.dumps(results))
+    cfg = build_config(ComparisonConfig, PRESET, [*IMAGES, f"output_dir={finished}", f"publish_dir={published}"])
+    table = publish(cfg, results, finished)["table"]
+    assert (published / "results.md").read_text() == (finished / "results.md").read_text() == table
+    assert json.loads((published / "results.json").read_text()) == results
+    (published / "results.md").unlink()
+    again = build_config(ComparisonConfig, PRESET, [f"output_dir={tmp_path / 'elsewhere'}",
+                                                     f"publish_dir={published}", "tables_only=true"])
+    assert compare(again, ROOT)["table"] == table == (published / "results.md").read_text()
+    assert not (tmp_path / "elsewhere").exists()  # nothing ran
 
 
 @pytest.mark.slow
