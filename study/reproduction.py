@@ -3,7 +3,7 @@
 Four claims: MPP pre-training beats training from scratch after fine-tuning; it stays behind supervised
 pre-training; the L2 pixel target is slightly worse than the colour targets; a 15% corruption rate is slightly
 worse than 50%. The grid's rows and claims are the config's (``rows``, ``claims``: by default the paper's,
-``mpp.experiments.config.PAPER_ROWS`` and ``PAPER_CLAIMS``; a preset may list others). Each row is pre-trained (or
+``study.reproduction_config.PAPER_ROWS`` and ``PAPER_CLAIMS``; a preset may list others). Each row is pre-trained (or
 not), then fine-tuned on a few labels, and its frozen features scored through both readouts by few-shot linear
 regression and by logistic regression and kNN on the fine-tuning labels, once per seed; beside them, the same
 protocols on the raw pixels (few-shot ridge regression, logistic regression, kNN) say what a model

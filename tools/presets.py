@@ -167,9 +167,9 @@ def page(rows: list[PresetRow], reproductions: list[str], command: str) -> str:
                       f"| {row.data} | {row.step_time} | {row.peak_memory} | {row.reaches} |" for row in rows)
     return f"""# Presets
 
-Every preset in `recipes/configs/`, for `--config`. This page is written by `{command}`
-(from the repository root), here on {machine}, on {time.strftime('%Y-%m-%d')}: each training preset's step is timed on \
-synthetic images in fp32, whatever
+Every preset in `recipes/configs/`, for `--config`, and the study's reproductions in `study/configs/`. This page is
+written by `{command}` (from the repository root), here on {machine}, on {time.strftime('%Y-%m-%d')}: \
+each training preset's step is timed on synthetic images in fp32, whatever
 precision the preset asks of a GPU (see [GPU status](performance.md#gpu-status): nothing here is measured on a GPU).
 A step whose pass holds more images than the command times is scaled up from the images it timed: an estimate, and
 marked so. Peak memory is the timing process's peak resident set (about 0.5 GiB of it the libraries). "Reaches" is

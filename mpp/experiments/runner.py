@@ -39,7 +39,8 @@ SCRIPTS = {"mpp": "recipes/mpp.py", "supervised": "recipes/supervised.py", "fine
 
 EVALUATIONS = ("few_shot", "linear_probe", "knn")  # scripts of eval/: no checkpoints, the eval preset
 
-PLAN_FILE = "reproduce.yaml"
+PLAN_FILE = "experiment.yaml"  # the settings an experiment started with: it continues only with the same ones
+EARLIER_PLAN_FILE = "reproduce.yaml"  # that file's name in mpp 0.2 and before: experiments started then continue
 
 ELAPSED_FILE = "elapsed.json"  # wall time of every invocation so far
 
@@ -97,7 +98,7 @@ def fixed_settings(settings: dict[str, Any], defaults: dict[str, Any], free: tup
 def claim_experiment(cfg: ExperimentConfig) -> Path:
     """``output_dir`` for this experiment: new, or holding one with the same settings (to continue it)."""
     output_dir = Path(cfg.output_dir)
-    plan = output_dir / PLAN_FILE
+    plan = output_dir / (EARLIER_PLAN_FILE if (output_dir / EARLIER_PLAN_FILE).is_file() else PLAN_FILE)
     settings, defaults, free = config_to_dict(cfg), config_to_dict(type(cfg)()), cfg.FREE_ON_CONTINUE
     if plan.is_file() and (fixed_settings(yaml.safe_load(plan.read_text()), defaults, free)
                            != fixed_settings(settings, defaults, free)):
