@@ -25,12 +25,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-import torch
-
 from mpp.config.building import build_config
 from mpp.config.runs import FinetuneRunConfig, MPPRunConfig, SupervisedRunConfig
 from mpp.errors import ConfigError
-from mpp.models.encoder import create_encoder
+from mpp.models.encoder import encoder_structure
 from study.reproduction_config import ReproductionConfig, ReproductionRow
 
 Step = Literal["mpp", "supervised"]  # the step a training takes: MPP's, or a classifier's (supervised, fine-tuning)
@@ -136,8 +134,7 @@ def finetuning_config(cfg: ReproductionConfig, row: ReproductionRow) -> Finetune
 
 
 def encoder_of(run: TrainingRun) -> Encoder:
-    with torch.device("meta"):  # its sizes only, as timm resolves them from the name: no weights are made
-        vit = create_encoder(run.model)
+    vit = encoder_structure(run.model)
     return Encoder(vit.embed_dim, len(vit.blocks), vit.patch_embed.img_size[0], vit.patch_embed.patch_size[0],
                    run.train.mixed_precision, run.train.compile)
 

@@ -37,7 +37,7 @@ from mpp.data.loading import build_dataset, check_batch_fits, sample_images
 from mpp.errors import ConfigError
 from mpp.experiments.publishing import copy_to_publish_dir, publish_table
 from mpp.experiments.runner import Run, at_first_seeds_rate, recipe_command, run_experiment
-from mpp.models.encoder import InputNormalisation, create_encoder
+from mpp.models.encoder import InputNormalisation, encoder_structure
 from mpp.models.pretrained import fine_tuning_encoder, read_pretrained
 from mpp.private_apis import saved_model_file
 from mpp.run.directory import logged_scalars, read_metrics
@@ -60,7 +60,7 @@ SIMILARITY_SEED = 0
 def pretraining_steps_per_epoch(cfg: PretrainingCurveConfig) -> int:
     """Optimizer steps in one epoch of the pre-training images (``mpp.data.batch_order.steps_per_epoch``)."""
     run = build_config(MPPRunConfig, cfg.mpp_preset, (*cfg.data, *cfg.encoder, *cfg.mpp))
-    image_size = create_encoder(run.model).patch_embed.img_size[0]
+    image_size = encoder_structure(run.model).patch_embed.img_size[0]
     images = build_dataset(run.data, "train", image_size, run.model.in_chans, augment=False)
     check_batch_fits(images, run.train.global_batch_size, described="the pre-training data")
     epoch_steps = steps_per_epoch(len(images), run.train.global_batch_size)
@@ -183,7 +183,7 @@ def encoder_similarities(cfg: PretrainingCurveConfig, epoch_steps: int) -> tuple
         """A finished training run's last checkpoint: it exports no encoder, and its last step is always kept."""
         return checkpoint_path(output_dir / name, read_metrics(output_dir / name)["step"]) / MODEL_FILE
 
-    image_size = create_encoder(run.model).patch_embed.img_size[0]
+    image_size = encoder_structure(run.model).patch_embed.img_size[0]
     test_set = build_dataset(run.data, "test", image_size, run.model.in_chans, augment=False)
     raw = next(sample_images(test_set, SIMILARITY_IMAGES, SIMILARITY_SEED, batch_size=SIMILARITY_IMAGES))
     # A checkpoint file records no normalisation, so fine-tuning and scratch both normalised with data.mean / .std.

@@ -34,7 +34,7 @@ from mpp.benchmark.training_step import measure_interleaved
 from mpp.config.building import build_config
 from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig, SupervisedRunConfig
 from mpp.experiments.config import ComparisonConfig
-from mpp.models.encoder import count_parameters, create_encoder
+from mpp.models.encoder import count_parameters, encoder_structure
 from mpp.run.directory import write_whole
 from study.reproduction_config import ReproductionConfig
 from study.reproduction_tables import headline
@@ -67,7 +67,7 @@ def header_field(text: str, name: str) -> str:
 
 
 def encoder_description(run: Any) -> tuple[str, str, str]:
-    encoder = create_encoder(run.model)
+    encoder = encoder_structure(run.model)
     heads = encoder.blocks[0].attn.num_heads
     size, patch = encoder.patch_embed.img_size[0], encoder.patch_embed.patch_size[0]
     return (f"{run.model.name}: width {encoder.embed_dim}, {len(encoder.blocks)} blocks, {heads} heads",
@@ -85,7 +85,7 @@ def time_step(preset: Path, recipe: str, run: Any, max_tokens: int, estimate_bat
               ) -> tuple[str, str]:
     """(time per optimizer step, peak memory) of the preset's training step here, measured or scaled up by images."""
     pass_images = run.train.micro_batch_size or run.train.global_batch_size
-    patches = create_encoder(run.model).patch_embed.num_patches
+    patches = encoder_structure(run.model).patch_embed.num_patches
     batch = pass_images if pass_images * patches <= max_tokens else min(pass_images, estimate_batch)
     # The benchmark's step reads an MPP preset: the encoder, optimizer and normalisation of this one are handed over.
     settings = yaml.safe_load(preset.read_text())

@@ -58,7 +58,7 @@ from mpp.data.prepare import Settings, prepare
 from mpp.data.shapes import ShapesSource
 from mpp.data.transforms import ImageView, image_sizes, mirrored, resized_crop_of_pixels
 from mpp.keyed_random import KeyedDraws, keys_of
-from mpp.models.encoder import create_encoder
+from mpp.models.encoder import encoder_structure
 
 FILE_IMAGES = 2048  # images written for the file-based sources
 FILE_IMAGE_SIZE = 128  # their side in pixels: decoding costs more than for 32x32 arrays, as with real photos
@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> dict:
     warnings.filterwarnings("ignore", message="This DataLoader will create")
 
     run = build_config(MPPRunConfig, args.config)
-    encoder = create_encoder(run.model)
+    encoder = encoder_structure(run.model)
     image_size, batch = encoder.patch_embed.img_size[0], run.train.micro_batch_size or run.train.global_batch_size
     results: dict = {"preset": str(args.config), "image_size": image_size, "batch_size": batch,
                      "cpu_threads": torch.get_num_threads(), "cores": len(os.sched_getaffinity(0)), "rows": []}

@@ -47,7 +47,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from mpp.benchmark import preset_encoder_and_batch
 from mpp.config.model import ClassifierConfig
 from mpp.config.runs import MPPRunConfig
-from mpp.models.encoder import create_encoder
+from mpp.models.encoder import create_encoder, encoder_structure
 from mpp.training.optimizer import create_optimizer
 
 DEFAULT_PRESET = Path("recipes/configs/mpp_tiny_cpu.yaml")  # from the repository root, as the docs run it
@@ -92,7 +92,7 @@ def peer_mpp(run: MPPRunConfig) -> torch.nn.Module:
     from vit_pytorch import ViT
     from vit_pytorch.mpp import MPP
 
-    encoder = create_encoder(run.model)  # only to read its sizes
+    encoder = encoder_structure(run.model)
     dim, heads = encoder.embed_dim, encoder.blocks[0].attn.num_heads
     patch, size = encoder.patch_embed.patch_size[0], encoder.patch_embed.img_size[0]
     vit = ViT(image_size=size, patch_size=patch, num_classes=1000, dim=dim, depth=len(encoder.blocks), heads=heads,
@@ -126,7 +126,7 @@ class TrainingStep:
         self.batch = batch
         torch.manual_seed(0)
         model = build_model(row, run).to(self.device).train()
-        size = create_encoder(run.model).patch_embed.img_size  # the preset's, or its architecture's default
+        size = encoder_structure(run.model).patch_embed.img_size  # the preset's, or its architecture's default
         images = torch.rand(batch, run.model.in_chans, *size, device=self.device)
         labels = torch.randint(0, 1000, (batch,), device=self.device)
         self.flops_per_image = 3 * forward_flops(model, images, labels) / batch
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def print_table(results: dict[str, Any], run: MPPRunConfig) -> None:
-    encoder = create_encoder(run.model)
+    encoder = encoder_structure(run.model)
     print(f"{run.model.name}: width {encoder.embed_dim}, depth {len(encoder.blocks)}, "
           f"{encoder.patch_embed.img_size[0]} px, patch {encoder.patch_embed.patch_size[0]}; batch "
           f"{results['batch_size']}, {results['precision']}, compile {results['compile']}; {results['device']}")

@@ -78,6 +78,14 @@ class InputNormalisation(nn.Module):
         return (unit_interval(images).expand(-1, self.mean.shape[1], -1, -1) - self.mean) / self.std
 
 
+def encoder_structure(cfg: ModelConfig) -> VisionTransformer:
+    """The encoder ``cfg`` names with its sizes as timm resolves them (width, blocks, image and patch size, parameter
+    count) and no weights: made on the meta device, nothing is allocated or initialised (a ViT-L's initialisation
+    alone takes seconds on a CPU)."""
+    with torch.device("meta"):
+        return create_encoder(cfg)
+
+
 def count_parameters(module: torch.nn.Module) -> int:
     return sum(parameter.numel() for parameter in module.parameters())
 
