@@ -217,14 +217,7 @@ def run_of(tmp_path_factory):
                     launch(f"output_dir={directory}", *arguments, script=script)
         return directory
 
-    # The XLA processes these runs start share one persistent compilation cache (torch_xla reads its path from
-    # XLA_PERSISTENT_CACHE_PATH, which xr.initialize_cache sets): a graph an earlier run compiled (the resumed run's
-    # are the uninterrupted run's) is loaded, not compiled again; every distinct graph is still compiled here once.
-    # This process keeps its own: the graphs it compiles are what the compile-count test counts. The lane alone at
-    # 7283266: 661.5 s; with the cache 459.1 s.
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("XLA_PERSISTENT_CACHE_PATH", str(root / "compiled"))
-        yield run
+    return run
 
 
 # Every entry point in fp32; in bf16 too (the step a TPU trains in) each objective's step: MPP's, and the classifier's
