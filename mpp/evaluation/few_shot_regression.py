@@ -40,7 +40,7 @@ def ridge_scores(
     """(test scores, chosen penalty): the ridge regression fitted to ``train`` (features, labels) with each penalty
     of ``l2_grid``, the one best on ``holdout`` (the smallest among ties) scored on ``test`` (``mpp.metrics``:
     accuracy, balanced and per-class accuracy); on ``fitting_device``."""
-    device = fitting_device(train[0])
+    device = fitting_device(train[0].device)
     train, holdout, test = ((values.to(device), classes.to(device)) for values, classes in (train, holdout, test))
     fits = ridge_regressions(*train, num_classes, l2_grid)
     scores = [accuracy(ridge_predictions(weights, holdout[0]), holdout[1]) for weights in fits]
@@ -104,7 +104,10 @@ class FewShotMonitor:
         counts = [cfg.few_shot_shots, cfg.few_shot_holdout_per_class, cfg.few_shot_test_per_class]
         self.positions = torch.cat(disjoint_per_class(dataset.labels, counts, seed, "monitor.few_shot_*",
                                                       dataset.class_names))
-        self.labels = dataset.labels[self.positions].to(accelerator.device)
+        # Features and labels are sliced where the fit runs (the host, for XLA's features): a slice taken on XLA's
+        # device compiles the encoder's graph again for each slice, at every report.
+        self.fitting_device = fitting_device(accelerator.device)
+        self.labels = dataset.labels[self.positions].to(self.fitting_device)
         self.bounds = torch.tensor([0] + counts).mul(dataset.num_classes).cumsum(0).tolist()
         self.num_classes = dataset.num_classes
 
@@ -120,7 +123,7 @@ class FewShotMonitor:
             with self.accelerator.autocast():
                 features.append(extractor(images))
         extractor.train(was_training)
-        features = torch.cat(features)
+        features = torch.cat(features).to(self.fitting_device)
         shots, holdout, test = ((features[a:b], self.labels[a:b])
                                 for a, b in zip(self.bounds, self.bounds[1:], strict=False))
         return ridge_scores(shots, holdout, test, self.num_classes, DEFAULT_L2_GRID)[0]["accuracy"]

@@ -13,11 +13,11 @@ import torch
 import torch.nn.functional as F
 
 
-def fitting_device(features: torch.Tensor) -> torch.device:
-    """Where a classifier on frozen features is fitted: where the features are, but the host for XLA's. The fits solve
+def fitting_device(device: torch.device) -> torch.device:
+    """Where a classifier on features made on ``device`` is fitted: there, but on the host for XLA's. The fits solve
     in float64 (ridge regression), which TPUs do not compute, or decide on the host at every iteration (L-BFGS), which
     on XLA would be a new graph each time."""
-    return torch.device("cpu") if features.device.type == "xla" else features.device
+    return torch.device("cpu") if device.type == "xla" else device
 
 
 def accuracy(predictions: torch.Tensor, labels: torch.Tensor) -> float:

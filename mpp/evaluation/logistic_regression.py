@@ -77,7 +77,7 @@ def linear_probe_evaluation(train: tuple[torch.Tensor, torch.Tensor], test: tupl
     """Each penalty of ``cfg.l2_grid`` fitted to the training features less a seeded hold-out slice and scored on
     it; the best (the first among ties) fitted to all of them and scored on ``test``, on ``fitting_device`` (on a
     GPU an ImageNet-sized probe takes seconds, on a CPU hours)."""
-    device = fitting_device(train[0])
+    device = fitting_device(train[0].device)
     (features, labels), test = ((values.to(device), classes.to(device)) for values, classes in (train, test))
     kept, held_out = (part.to(features.device) for part in holdout_split(len(features), cfg.holdout_fraction, seed))
     holdout_accuracy = {}

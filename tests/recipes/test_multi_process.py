@@ -39,13 +39,29 @@ def logged_losses(run_dir) -> list[float]:
     return [event.value for event in EventAccumulator(str(run_dir)).Reload().Scalars("train/loss")]
 
 
+@pytest.fixture(scope="module")
+def whole_run(tmp_path_factory):
+    """``whole_run(processes, *settings)``: the directory of the recipe's 20-step run on ``processes`` processes, a
+    checkpoint every 10 steps, run the first time a test asks for it (one run is read by two tests: the reference of
+    one, the checkpointed start of the other). The tests that share them are one xdist group, on one worker."""
+    root, runs = tmp_path_factory.mktemp("whole-runs"), {}
+
+    def run(processes: int, *settings: str):
+        key = (processes, *settings)
+        if key not in runs:
+            runs[key] = root / f"{len(runs)}"
+            run_on(processes, f"output_dir={runs[key]}", *TINY, *STEPS, "train.checkpoint_every=10", *settings)
+        return runs[key]
+
+    return run
+
+
+@pytest.mark.xdist_group("whole runs")
 @pytest.mark.parametrize("micro", [[], ["train.micro_batch_size=4"]], ids=["one-pass", "accumulating"])
-def test_one_and_two_processes_give_the_same_run_and_only_the_main_one_writes(tmp_path, micro):
+def test_one_and_two_processes_give_the_same_run_and_only_the_main_one_writes(whole_run, micro):
     """The global batch holds the same images, and each image's view and corruption are keyed by the seed and its
     index or place in the run, not by the process that holds it: the losses agree to rounding."""
-    one, two = tmp_path / "one", tmp_path / "two"
-    run_on(1, f"output_dir={one}", *TINY, *STEPS, "train.checkpoint_every=10", *micro)
-    run_on(2, f"output_dir={two}", *TINY, *STEPS, "train.checkpoint_every=10", *micro)
+    one, two = whole_run(1, *micro), whole_run(2, *micro)
 
     metrics = json.loads((two / "metrics.json").read_text())
     log = (two / "log.txt").read_text()
@@ -60,10 +76,11 @@ def test_one_and_two_processes_give_the_same_run_and_only_the_main_one_writes(tm
     assert double == pytest.approx(single, rel=INVARIANCE)
 
 
+@pytest.mark.xdist_group("whole runs")
 @pytest.mark.parametrize(("first", "then"), [(2, 1), (1, 2)], ids=["two-then-one", "one-then-two"])
-def test_a_run_checkpointed_on_some_processes_and_resumed_on_others_ends_where_it_would_have(tmp_path, first, then):
-    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
-    run_on(first, f"output_dir={whole}", *TINY, *STEPS, "train.checkpoint_every=10")
+def test_a_run_checkpointed_on_some_processes_and_resumed_on_others_ends_where_it_would_have(tmp_path, whole_run,
+                                                                                              first, then):
+    whole, resumed = whole_run(first), tmp_path / "resumed"
     shutil.copytree(whole, resumed)
     shutil.rmtree(resumed / "checkpoints" / "step_00000020")  # as if stopped after step 10
     run_on(then, f"output_dir={resumed}", *TINY, *STEPS, "train.checkpoint_every=10", "--resume")

@@ -14,7 +14,7 @@ from tools.grey_images import accuracy_on_grey_and_colour, grey_images, is_grey_
 from mpp.config.model import MPPConfig
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
-from tests.launching import NO_MPP_MONITORS, TINY, launch
+from tests.launching import NO_MPP_MONITORS, TINY, run_here
 
 
 def grey_and_colour(count: int, size: int = 16) -> torch.Tensor:
@@ -61,7 +61,7 @@ def test_mpp_accuracy_is_counted_on_the_grey_and_the_colour_images_apart(tiny_mo
 
 @pytest.mark.slow
 def test_the_command_reads_a_runs_test_images_and_counts_every_one_once(tmp_path, capsys):
-    launch(*TINY, *NO_MPP_MONITORS, "data.source=shapes", f"output_dir={tmp_path / 'run'}")
+    run_here(*TINY, *NO_MPP_MONITORS, "data.source=shapes", f"output_dir={tmp_path / 'run'}")
     results = grey_images_command.main(["--run", str(tmp_path / "run")])
     per_class, groups = results["per_class"], results["groups"]
     assert len(per_class) == 10 and results["checkpoint"].endswith("step_00000006")

@@ -15,7 +15,7 @@ import pytest
 from safetensors.torch import load_file
 
 from mpp.training.preemption import StopSignals
-from tests.launching import RECIPE, TINY, launch, start, training_process, wait_for_log
+from tests.launching import RECIPE, TINY, run_here, start, training_process, wait_for_log
 
 STEPS = ["train.steps=200", "train.log_every=1", "train.checkpoint_every=1000"]
 
@@ -32,7 +32,7 @@ def test_a_signal_only_sets_the_flag_and_the_next_one_acts_as_before():
 @pytest.mark.slow
 def test_a_killed_run_saves_exits_and_resumes_to_the_uninterrupted_result(tmp_path):
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
-    launch(f"output_dir={straight}", *TINY, *STEPS)
+    run_here(f"output_dir={straight}", *TINY, *STEPS)  # the reference, in this process
 
     # The recipe as the scheduler's process: signalled directly, no launcher in between.
     process = subprocess.Popen([sys.executable, str(RECIPE), f"output_dir={stopped}", *TINY, *STEPS],
