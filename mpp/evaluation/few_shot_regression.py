@@ -70,6 +70,9 @@ def few_shot_evaluation(
                                 for k in cfg.shots}))
     needed = torch.cat([torch.cat([holdout, *shots.values()]) for holdout, shots in draws]).unique()  # sorted
     features, labels = features_of(needed)
+    # Gathered where the fits run (the host, for XLA's features): each gather on XLA's device is a graph of its own.
+    device = fitting_device(features.device)
+    features, labels, test = features.to(device), labels.to(device), tuple(part.to(device) for part in test)
 
     def rows(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         index = torch.searchsorted(needed, positions).to(features.device)
