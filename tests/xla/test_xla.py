@@ -19,6 +19,10 @@ from typing import Sequence
 import pytest
 
 os.environ.setdefault("PJRT_DEVICE", "CPU")
+# XLA's CPU backend compiles each graph with LLVM's optimisations, which is most of the lane's time; these tests check
+# the lowering, the graphs and their results, not the speed of CPU code (a TPU compiles its own way), so this process
+# and the runs it starts skip them: a 6-step MPP run with its monitors, 76.5 s of CPU time -> 33.8 s, the same loss.
+os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true")
 torch_xla = pytest.importorskip("torch_xla", reason="the XLA lane (.ci/xla) runs these, with torch_xla installed")
 
 import torch  # noqa: E402
@@ -146,11 +150,16 @@ def test_a_resumed_run_ends_with_the_uninterrupted_weights(tmp_path, run_of):
 RECIPES, EVAL = ROOT / "recipes", ROOT / "eval"
 MONITORED = ["monitor.few_shot_every=3", "monitor.few_shot_shots=2", "monitor.few_shot_test_per_class=5"]
 EVALUATION = ["data.shots_per_class=20", "eval.batch_size=128"]
+# Under the TPU launcher each loader's worker processes take seconds to start (a fine-tuning run with its sweep, 82.3 s
+# with the default worker, 26.6 s with none): MPP's runs load through a worker, as a TPU VM's would; the classifiers'
+# load in the training process.
+IN_PROCESS_LOADING = "data.num_workers=0"
 ENTRY_POINTS = {  # the script, its arguments, and the pre-training run its init names (if any)
     "mpp": (RECIPES / "mpp.py", [*SHORT, *MONITORED, "monitor.mosaic_every=3"], None),
-    "supervised": (RECIPES / "supervised.py", [*SHORT, *MONITORED], None),
+    "supervised": (RECIPES / "supervised.py", [*SHORT, *MONITORED, IN_PROCESS_LOADING], None),
     "finetune": (RECIPES / "finetune.py", [*SHORT, "model.img_size=24", "finetune.sweep_lrs=[0.01,0.1]",
-                                           "finetune.ema_decay=0.5", "data.shots_per_class=20"], "mpp"),
+                                           "finetune.ema_decay=0.5", "data.shots_per_class=20", IN_PROCESS_LOADING],
+                 "mpp"),
     "few_shot": (EVAL / "few_shot.py", [*EVALUATION, "few_shot.shots=[1,5]", "few_shot.holdout_per_class=5"], "mpp"),
     "linear_probe": (EVAL / "linear_probe.py", [*EVALUATION, "linear_probe.max_iterations=20"], "mpp"),
     "knn": (EVAL / "knn.py", EVALUATION, "supervised"),
