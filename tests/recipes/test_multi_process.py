@@ -44,13 +44,14 @@ def whole_run(tmp_path_factory):
     """``whole_run(processes, *settings)``: the directory of the recipe's 20-step run on ``processes`` processes, a
     checkpoint every 10 steps, run the first time a test asks for it (one run is read by two tests: the reference of
     one, the checkpointed start of the other). The tests that share them are one xdist group, on one worker."""
-    root, runs = tmp_path_factory.mktemp("whole-runs"), {}
+    runs = {}
 
     def run(processes: int, *settings: str):
         key = (processes, *settings)
-        if key not in runs:
-            runs[key] = root / f"{len(runs)}"
-            run_on(processes, f"output_dir={runs[key]}", *TINY, *STEPS, "train.checkpoint_every=10", *settings)
+        if key not in runs:  # kept once finished: a failed run is tried again by the next test, failing with its error
+            directory = tmp_path_factory.mktemp("whole-run")
+            run_on(processes, f"output_dir={directory}", *TINY, *STEPS, "train.checkpoint_every=10", *settings)
+            runs[key] = directory
         return runs[key]
 
     return run
