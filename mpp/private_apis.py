@@ -15,6 +15,7 @@ from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 from accelerate.data_loader import BatchSamplerShard, SeedableRandomSampler
 from accelerate.utils import SAFE_WEIGHTS_NAME, parse_flag_from_env
+from timm.data.mixup import Mixup
 from timm.models.vision_transformer import VisionTransformer
 from torch.optim.optimizer import _get_capturable_supported_devices
 from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
@@ -121,3 +122,10 @@ def process_share_of_batches(batches: torch.utils.data.BatchSampler, num_process
                              process_index: int) -> BatchSamplerShard:
     """accelerate's split of a loader's batches between processes: each takes whole batches in turn."""
     return BatchSamplerShard(batches, num_processes, process_index)
+
+
+def mixup_batch_parameters(mixup: Mixup) -> tuple[float, bool]:
+    """timm's draw for one batch in ``Mixup``'s "batch" mode, from numpy's global generator: the weight of each
+    image's own label (1.0: this batch is not mixed) and whether it is cutmix's (else mixup's); the box is
+    ``cutmix_bbox_and_lam``'s, drawn after it."""
+    return mixup._params_per_batch()

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -18,6 +19,7 @@ from accelerate.commands.launch import launch_command, launch_command_parser
 from accelerate.data_loader import prepare_data_loader
 from accelerate.utils import SAFE_WEIGHTS_NAME, fsdp2_load_full_state_dict
 from safetensors.torch import load_file
+from timm.data.mixup import Mixup
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.utils.data import DataLoader, TensorDataset
@@ -34,6 +36,7 @@ from mpp.private_apis import (
     forget_prepared_loader,
     fused_optimizer_devices,
     leave_process_group_to_launcher,
+    mixup_batch_parameters,
     prepared_models_and_optimizers,
     process_share_of_batches,
     saved_model_file,
@@ -243,3 +246,20 @@ def test_accelerates_seedable_shuffle_and_split_are_what_its_prepared_loader_rea
             prepared.set_epoch(epoch)
             shuffle.set_epoch(epoch)
             assert [batch.tolist() for batch in prepared] == list(batches)
+
+
+def test_timms_mixup_draws_a_batchs_weight_and_kind_from_numpys_generator():
+    """The draw ``Mixup`` makes per batch, as its own ``__call__`` uses it: numpy's generator alone decides it."""
+    both = Mixup(mixup_alpha=0.8, cutmix_alpha=1.0, prob=1.0, switch_prob=0.5, mode="batch")
+    draws = []
+    for seed in range(40):
+        np.random.seed(seed)
+        draws.append(mixup_batch_parameters(both))
+        np.random.seed(seed)
+        assert mixup_batch_parameters(both) == draws[-1]
+    assert {cutmix for _, cutmix in draws} == {False, True}
+    assert all(0 <= weight <= 1 for weight, _ in draws) and len({weight for weight, _ in draws}) == len(draws)
+    never = Mixup(mixup_alpha=0.8, cutmix_alpha=0.0, prob=0.0)
+    assert mixup_batch_parameters(never) == (1.0, False)  # not mixed: every image keeps its own label whole
+    cutmix_only = Mixup(mixup_alpha=0.0, cutmix_alpha=1.0, prob=1.0)
+    assert all(mixup_batch_parameters(cutmix_only)[1] for _ in range(5))

@@ -10,6 +10,7 @@ from mpp.config.data import DataConfig
 from mpp.config.evaluation import EvaluationConfig, FewShotConfig, InspectionConfig, KnnConfig, LinearProbeConfig
 from mpp.config.model import ClassifierConfig, ExportConfig, ModelConfig, MPPConfig
 from mpp.config.training import (
+    AugmentConfig,
     FinetuneConfig,
     MonitorConfig,
     MPPMonitorConfig,
@@ -54,8 +55,9 @@ class MPPRunConfig(TrainingRunConfig):
 class SupervisedRunConfig(TrainingRunConfig):
     """Everything one supervised pre-training run needs (recipes/supervised.py)."""
 
-    RESUME_MUST_MATCH: ClassVar[tuple[str, ...]] = ("model", "classifier")
+    RESUME_MUST_MATCH: ClassVar[tuple[str, ...]] = ("model", "classifier", "augment")
     classifier: ClassifierConfig = field(default_factory=ClassifierConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
     train: TrainConfig = field(default_factory=supervised_training)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
 
@@ -81,7 +83,7 @@ class EncoderFromInit:
 class FinetuneRunConfig(EncoderFromInit, TrainingRunConfig):
     """Everything one fine-tuning run needs (recipes/finetune.py)."""
 
-    RESUME_MUST_MATCH: ClassVar[tuple[str, ...]] = ("init", "model", "classifier", "finetune")
+    RESUME_MUST_MATCH: ClassVar[tuple[str, ...]] = ("init", "model", "classifier", "augment", "finetune")
     # The starting weights: a run directory or its export/ folder from recipes/mpp.py or recipes/supervised.py,
     # local-dir:<timm folder>, or a checkpoint file (.safetensors, .pth, .bin). Empty: from scratch, the
     # model.* encoder. random:<run dir>: from scratch, that run's encoder (its architecture with fresh seeded
@@ -89,6 +91,7 @@ class FinetuneRunConfig(EncoderFromInit, TrainingRunConfig):
     # model.img_size still sets the resolution.
     init: str = ""
     classifier: ClassifierConfig = field(default_factory=finetune_classifier)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     train: TrainConfig = field(default_factory=finetune_training)
 

@@ -144,6 +144,47 @@ class FinetuneConfig:
             raise ConfigError(f"finetune.sweep_lrs={list(self.sweep_lrs)} must hold positive learning rates")
 
 
+AUGMENT_POLICIES = ("rand", "augmix", "original", "v0", "3a")  # what timm's policy strings start with
+
+
+@dataclass
+class AugmentConfig:
+    """The regularisers a classifier is trained with since DeiT (Touvron et al., 2021), as MAE's and BEiT's fine-tuning
+    use them, beyond the paper's crops and flips; all off in the paper's recipes. With ``classifier.label_smoothing``,
+    ``model.drop_path_rate``, ``train.weight_decay`` and ``finetune.layer_decay``, which exist already. Per image
+    (the loader, each image's draws keyed by (seed, epoch, index)): the policy, then erasing; per pass (on the
+    device): mixup or cutmix."""
+
+    # timm's augmentation policy string, per image: rand-m9-mstd0.5-inc1 (DeiT's RandAugment), rand-... of other
+    # magnitudes, augmix-m5-w3 (AugMix), original or v0 (AutoAugment); empty: none
+    auto_augment: str = ""
+    # Random erasing (Zhong et al.): the probability per image that a box of 2-33% of it is filled with per-pixel
+    # normal noise of the normalised input (timm's mode "pixel", DeiT's 0.25); 0: none
+    random_erasing: float = 0.0
+    # Mixup and cutmix on each pass (timm's Mixup, mode "batch": the pass mixed with itself reversed, one weight per
+    # pass, drawn from Beta(alpha, alpha)); soft targets with classifier.label_smoothing. DeiT: 0.8 and 1.0. 0: off
+    mixup_alpha: float = 0.0
+    cutmix_alpha: float = 0.0
+    mix_prob: float = 1.0  # the probability that a pass is mixed at all
+    mix_switch_prob: float = 0.5  # with both on: the probability that a mixed pass uses cutmix rather than mixup
+
+    def __post_init__(self) -> None:
+        for name in ("random_erasing", "mix_prob", "mix_switch_prob"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(f"augment.{name}={getattr(self, name)} must lie in [0, 1]")
+        for name in ("mixup_alpha", "cutmix_alpha"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"augment.{name}={getattr(self, name)} must be at least 0 (0: off)")
+        if self.auto_augment and not self.auto_augment.startswith(AUGMENT_POLICIES):
+            raise ConfigError(f"augment.auto_augment={self.auto_augment!r} is not a timm policy; give one starting "
+                              f"with {', '.join(AUGMENT_POLICIES)}, e.g. augment.auto_augment=rand-m9-mstd0.5-inc1 "
+                              "(DeiT's RandAugment), or an empty value for none")
+
+    @property
+    def mixes(self) -> bool:
+        return self.mixup_alpha > 0 or self.cutmix_alpha > 0
+
+
 def finetune_training() -> TrainConfig:
     """Fine-tuning (Sec. 3.2, Table 4, ImageNet): SGD with momentum 0.9, no weight decay, batch 512, 20k steps,
     a short warm-up and cosine decay."""

@@ -225,7 +225,7 @@ class StreamingImageDataset(IterableDataset):
                                             str(error)) from None
                 continue
             label = example[self.label_column] if self.label_column else -1
-            yield match_channels(view, self.channels)[0], label, keys[0]
+            yield self.view.augmented(match_channels(view, self.channels), keys)[0], label, keys[0]
 
     def skipped_count(self) -> int:
         return int(self.counts[:, 1:].sum())

@@ -146,7 +146,8 @@ class ImageDataset(Dataset):
             images, index = self.views_decoded_on(self.decode_device, positions, epochs)
         else:
             images, index = self.views_of_files(positions, epochs)
-        return match_channels(images, self.channels), self.source.labels[index], self.keys_for(index, epochs)
+        keys = self.keys_for(index, epochs)
+        return self.view.augmented(match_channels(images, self.channels), keys), self.source.labels[index], keys
 
     def __getitem__(self, position: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return tuple(part[0] for part in self.__getitems__([position]))

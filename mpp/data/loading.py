@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import torch
 from accelerate import Accelerator
@@ -15,6 +15,7 @@ from accelerate.data_loader import prepare_data_loader
 from torch.utils.data import DataLoader, Dataset
 
 from mpp.config.data import DataConfig
+from mpp.data.augmentation import ImageAugmentation
 from mpp.data.batch_order import BatchPlan, EndlessEpochBatches, steps_per_epoch
 from mpp.data.hugging_face import StreamingImageDataset, build_stream
 from mpp.data.image_dataset import ImageDataset, SkipsUndecodableImages, Split, keep_batch
@@ -38,14 +39,15 @@ def build_dataset(
     seed: int = 0,
     process_index: int = 0,
     num_processes: int = 1,
+    per_image: Optional[ImageAugmentation] = None,
 ) -> Dataset:
     """(images, labels, random_keys) batches of ``split`` at ``image_size``, with the pre-training view when
-    ``augment``.
+    ``augment`` (and ``per_image`` after it: a classifier's ``augment.*``).
 
     ``seed`` draws the views; ``process_index`` / ``num_processes`` matter only to a stream, which is split between
     processes here (map-style data is split into distinct batches by its loader: ``build_training_loader``).
     """
-    view = image_view(cfg, image_size, augment)
+    view = image_view(cfg, image_size, augment, per_image)
     if cfg.decode == "gpu" and not torch.cuda.is_available():
         raise DataError("data.decode=gpu decodes JPEGs with nvJPEG on a CUDA GPU, and this machine has none "
                         "(torch.cuda.is_available() is false); use data.decode=cpu")

@@ -24,6 +24,7 @@ from PIL import Image
 from torchvision.ops import roi_align
 
 from mpp.config.data import DataConfig
+from mpp.data.augmentation import ImageAugmentation
 from mpp.data.image_source import open_image, pixels_for_crop
 from mpp.keyed_random import KeyedDraws
 from mpp.raw_images import unit_interval
@@ -41,10 +42,16 @@ class ImageView:
     crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)  # aspect ratio (width / height) of the random crop
     hflip: float = 0.5  # probability of mirroring, when augmenting
     eval_crop_fraction: float = 1.0  # side of the evaluation view's centre square, as a fraction of the short side
+    per_image: Optional[ImageAugmentation] = None  # a classifier's training view: what augment.* adds per image
 
     @property
     def description(self) -> str:
-        return f"{'augmented' if self.augment else 'resized'} to {self.size}x{self.size}"
+        added = f", then {self.per_image.description}" if self.per_image is not None else ""
+        return f"{'augmented' if self.augment else 'resized'} to {self.size}x{self.size}{added}"
+
+    def augmented(self, views: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """(b c s s) views and their (b) random keys -> what ``per_image`` makes of them (the views, where none)."""
+        return views if self.per_image is None else self.per_image(views, keys)
 
     def detail_short_side(self) -> int:
         """The shorter side an image needs for every view of it to be cut from ``size`` pixels or more each way, so
@@ -190,6 +197,11 @@ def match_channels(images: torch.Tensor, channels: int) -> torch.Tensor:
     raise ValueError(f"cannot turn {have}-channel images into {channels}-channel ones; set model.in_chans to {have}")
 
 
-def image_view(cfg: DataConfig, image_size: int, augment: bool) -> ImageView:
-    """The view ``data.*`` describes: pre-training's when ``augment``, else evaluation's."""
-    return ImageView(image_size, augment, cfg.crop_scale, cfg.crop_ratio, cfg.hflip, cfg.eval_crop_fraction)
+def image_view(cfg: DataConfig, image_size: int, augment: bool, per_image: Optional[ImageAugmentation] = None
+               ) -> ImageView:
+    """The view ``data.*`` describes: pre-training's when ``augment`` (with ``per_image`` after it), else
+    evaluation's."""
+    if per_image is not None and not augment:
+        raise ValueError("an evaluation view is never augmented per image")
+    return ImageView(image_size, augment, cfg.crop_scale, cfg.crop_ratio, cfg.hflip, cfg.eval_crop_fraction,
+                     per_image)

@@ -12,11 +12,13 @@ from accelerate.utils import set_seed
 from timm.models.vision_transformer import VisionTransformer
 
 from mpp.config.runs import FinetuneRunConfig
+from mpp.data.augmentation import image_augmentation
 from mpp.data.loading import build_dataset, check_classes_to_learn, warn_if_tested_on_training_images
 from mpp.data.transforms import image_view
 from mpp.metrics import floors_said
 from mpp.models.classifier import ImageClassifier
 from mpp.models.encoder import count_parameters
+from mpp.models.mixing import batch_mixing
 from mpp.models.pretrained import fine_tuning_encoder, fine_tuning_model_config, input_normalisation, read_pretrained
 from mpp.recipes.run_result import RunResult
 from mpp.run.session import Session
@@ -50,10 +52,13 @@ def fine_tune(cfg: FinetuneRunConfig) -> RunResult:
         # which matter more to fix than the training split's shots per class.
         test_set = build_dataset(cfg.data, "test", augment=False, **split)
         check_classes_to_learn(test_set)
-        train_set = build_dataset(cfg.data, "train", augment=True, **split)
+        train_set = build_dataset(cfg.data, "train", augment=True, **split,
+                                  per_image=image_augmentation(cfg.augment, image_size, mean, std))
+
+        mixing = batch_mixing(cfg.augment, train_set.num_classes, cfg.classifier.label_smoothing)
 
         def classifier(encoder: VisionTransformer) -> ImageClassifier:
-            return ImageClassifier(encoder, train_set.num_classes, cfg.classifier, mean, std)
+            return ImageClassifier(encoder, train_set.num_classes, cfg.classifier, mean, std, mixing)
 
         def trainer_at(lr: float) -> Trainer:
             return Trainer(session, classifier(encoder), train_set, cfg, train=dataclasses.replace(cfg.train, lr=lr),
@@ -69,7 +74,8 @@ def fine_tune(cfg: FinetuneRunConfig) -> RunResult:
         logger.info("init: %s", pretrained.location if pretrained else "none (training from scratch)")
         logger.info("plan: %s%s", trainer.describe(),
                     f" (the learning rate {cfg.finetune.lr_from} chose)" if cfg.finetune.lr_from else "")
-        logger.info("data: %s; test: %s", train_set.description, test_set.description)
+        logger.info("data: %s; test: %s%s", train_set.description, test_set.description,
+                    f"; each pass mixed: {mixing.description}" if mixing is not None else "")
         logger.info("encoder: %s, %.2fM parameters, %d patches of %d px at %d px; zero-initialised %s head, %d "
                     "classes", model_cfg.name, count_parameters(encoder) / 1e6, encoder.patch_embed.num_patches,
                     encoder.patch_embed.patch_size[0], image_size, cfg.classifier.head, train_set.num_classes)

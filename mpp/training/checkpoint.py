@@ -261,7 +261,8 @@ def check_resume_compatible(checkpoint: Path, config: TrainingRunConfig) -> None
     current = config_to_dict(config)
     changed = []
     for section in config.RESUME_MUST_MATCH:
-        now, then = current[section], saved.get(section)
+        # A section that the version which wrote the checkpoint did not have (augment) trained at its defaults
+        now, then = current[section], saved[section] if section in saved else config_to_dict(type(config)())[section]
         if isinstance(now, dict):
             free = getattr(getattr(config, section), "FREE_ON_RESUME", ())
             pairs = [(f"{section}.{key}", value, (then or {}).get(key)) for key, value in now.items()

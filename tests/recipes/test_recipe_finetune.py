@@ -135,9 +135,14 @@ def test_a_sweep_picks_the_best_held_out_learning_rate_then_trains_on_everything
     assert not (tmp_path / "refused").exists()
 
 
-def test_a_resumed_fine_tuning_run_ends_with_the_uninterrupted_weights_and_average(folders, tmp_path):
+REGULARISED = ("augment.auto_augment=rand-m9-mstd0.5-inc1", "augment.random_erasing=0.25", "augment.mixup_alpha=0.8",
+               "augment.cutmix_alpha=1.0", "classifier.label_smoothing=0.1", "model.drop_path_rate=0.1")
+
+
+@pytest.mark.parametrize("recipe", [(), REGULARISED], ids=["paper", "regularised"])
+def test_a_resumed_fine_tuning_run_ends_with_the_uninterrupted_weights_and_average(folders, tmp_path, recipe):
     straight = tmp_path / "straight"
-    args = [*TINY, *folders, "finetune.ema_decay=0.5"]
+    args = [*TINY, *folders, "finetune.ema_decay=0.5", *recipe]
     run_here(f"output_dir={straight}", *args, script=FINETUNE)  # from scratch: the baseline
     interrupted = tmp_path / "interrupted"
     shutil.copytree(straight, interrupted)  # as if stopped right after the step-3 checkpoint

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 import timm
 import torch
+import yaml
 from accelerate import Accelerator
 
 import mpp.training.checkpoint as checkpoint_module
 from devices import USE_CPU
-from mpp.config.runs import MPPRunConfig
+from mpp.config.runs import FinetuneRunConfig, MPPRunConfig
 from mpp.config.building import build_config
 from mpp.errors import ConfigError
 from mpp.models.encoder import create_encoder
@@ -103,6 +104,18 @@ def test_resuming_with_another_model_or_objective_is_refused(tmp_path):
     changed = build_config(MPPRunConfig, overrides=["model.depth=3", "mpp.target=pixels"])
     with pytest.raises(ConfigError, match=r"model.depth: 2 in the checkpoint, 3 now(.|\n)*mpp.target"):
         check_resume_compatible(checkpoint, changed)
+
+
+def test_a_checkpoint_written_before_the_augment_section_resumes_at_its_defaults_only(tmp_path):
+    accelerator = Accelerator(cpu=USE_CPU)
+    accelerator.prepare(torch.nn.Linear(3, 2))
+    checkpoint = save_checkpoint(accelerator, tmp_path, 1, build_config(FinetuneRunConfig), keep=1)
+    saved = yaml.safe_load((checkpoint / "config.yaml").read_text())
+    del saved["augment"]  # as an earlier version wrote it
+    (checkpoint / "config.yaml").write_text(yaml.safe_dump(saved))
+    check_resume_compatible(checkpoint, build_config(FinetuneRunConfig))
+    with pytest.raises(ConfigError, match="augment.mixup_alpha: 0.0 in the checkpoint, 0.8 now"):
+        check_resume_compatible(checkpoint, build_config(FinetuneRunConfig, overrides=["augment.mixup_alpha=0.8"]))
 
 
 def test_exported_encoder_loads_in_timm_offline_with_identical_outputs(tiny_model_config, tmp_path):
