@@ -144,22 +144,23 @@ class FinetuneConfig:
             raise ConfigError(f"finetune.sweep_lrs={list(self.sweep_lrs)} must hold positive learning rates")
 
 
-AUGMENT_POLICIES = ("rand", "augmix", "original", "v0", "3a")  # what timm's policy strings start with
-
-
 @dataclass
 class AugmentConfig:
     """The regularisers a classifier is trained with since DeiT (Touvron et al., 2021), as MAE's and BEiT's fine-tuning
     use them, beyond the paper's crops and flips; all off in the paper's recipes. With ``classifier.label_smoothing``,
     ``model.drop_path_rate``, ``train.weight_decay`` and ``finetune.layer_decay``, which exist already. Per image
-    (the loader, each image's draws keyed by (seed, epoch, index)): the policy, then erasing; per pass (on the
-    device): mixup or cutmix."""
+    (in the loader, each image's draws seeded by its key, (seed, epoch, index)): the policy, then erasing; per pass
+    (on the device): mixup or cutmix."""
 
-    # timm's augmentation policy string, per image: rand-m9-mstd0.5-inc1 (DeiT's RandAugment), rand-... of other
-    # magnitudes, augmix-m5-w3 (AugMix), original or v0 (AutoAugment); empty: none
-    auto_augment: str = ""
+    # torchvision's augmentation policy, per image: randaugment (Cubuk et al.: augment.randaugment_ops operations at
+    # augment.randaugment_magnitude), trivialaugment (TrivialAugmentWide: one operation at a random magnitude); none
+    auto_augment: Literal["none", "randaugment", "trivialaugment"] = "none"
+    randaugment_ops: int = 2  # operations per image (DeiT: 2)
+    # on timm's scale of 0 to 10 (DeiT's rand-m9: 90% of each operation's largest change); torchvision's own default
+    # scale has 31 steps, on which the same strength is 27
+    randaugment_magnitude: int = 9
     # Random erasing (Zhong et al.): the probability per image that a box of 2-33% of it is filled with per-pixel
-    # normal noise of the normalised input (timm's mode "pixel", DeiT's 0.25); 0: none
+    # normal noise of the normalised input (DeiT's 0.25, timm's mode "pixel"); 0: none
     random_erasing: float = 0.0
     # Mixup and cutmix on each pass (timm's Mixup, mode "batch": the pass mixed with itself reversed, one weight per
     # pass, drawn from Beta(alpha, alpha)); soft targets with classifier.label_smoothing. DeiT: 0.8 and 1.0. 0: off
@@ -175,14 +176,17 @@ class AugmentConfig:
         for name in ("mixup_alpha", "cutmix_alpha"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"augment.{name}={getattr(self, name)} must be at least 0 (0: off)")
-        if self.auto_augment and not self.auto_augment.startswith(AUGMENT_POLICIES):
-            raise ConfigError(f"augment.auto_augment={self.auto_augment!r} is not a timm policy; give one starting "
-                              f"with {', '.join(AUGMENT_POLICIES)}, e.g. augment.auto_augment=rand-m9-mstd0.5-inc1 "
-                              "(DeiT's RandAugment), or an empty value for none")
+        if self.randaugment_ops < 1 or not 0 <= self.randaugment_magnitude <= RANDAUGMENT_SCALE:
+            raise ConfigError(f"augment.randaugment_ops={self.randaugment_ops} must be at least 1 and "
+                              f"augment.randaugment_magnitude={self.randaugment_magnitude} lie in [0, "
+                              f"{RANDAUGMENT_SCALE}] (DeiT's: 2 and 9)")
 
     @property
     def mixes(self) -> bool:
         return self.mixup_alpha > 0 or self.cutmix_alpha > 0
+
+
+RANDAUGMENT_SCALE = 10  # the largest magnitude of augment.randaugment_magnitude: timm's scale (DeiT's m9 is on it)
 
 
 def finetune_training() -> TrainConfig:

@@ -53,7 +53,7 @@ def fine_tune(cfg: FinetuneRunConfig) -> RunResult:
         test_set = build_dataset(cfg.data, "test", augment=False, **split)
         check_classes_to_learn(test_set)
         train_set = build_dataset(cfg.data, "train", augment=True, **split,
-                                  per_image=image_augmentation(cfg.augment, image_size, mean, std))
+                                  per_image=image_augmentation(cfg.augment, mean, std))
 
         mixing = batch_mixing(cfg.augment, train_set.num_classes, cfg.classifier.label_smoothing)
 

@@ -33,7 +33,7 @@ def pretrain_supervised(cfg: SupervisedRunConfig) -> RunResult:
         split = dict(image_size=encoder.patch_embed.img_size[0], channels=cfg.model.in_chans, seed=cfg.seed,
                      process_index=accelerator.process_index, num_processes=accelerator.num_processes)
         train_set = build_dataset(cfg.data, "train", augment=True, **split, per_image=image_augmentation(
-            cfg.augment, split["image_size"], cfg.data.mean, cfg.data.std))
+            cfg.augment, cfg.data.mean, cfg.data.std))
         test_set = build_dataset(cfg.data, "test", augment=False, **split)
         model = ImageClassifier(encoder, train_set.num_classes, cfg.classifier, cfg.data.mean, cfg.data.std,
                                 batch_mixing(cfg.augment, train_set.num_classes, cfg.classifier.label_smoothing))

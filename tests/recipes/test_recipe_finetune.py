@@ -135,7 +135,7 @@ def test_a_sweep_picks_the_best_held_out_learning_rate_then_trains_on_everything
     assert not (tmp_path / "refused").exists()
 
 
-REGULARISED = ("augment.auto_augment=rand-m9-mstd0.5-inc1", "augment.random_erasing=0.25", "augment.mixup_alpha=0.8",
+REGULARISED = ("augment.auto_augment=randaugment", "augment.random_erasing=0.25", "augment.mixup_alpha=0.8",
                "augment.cutmix_alpha=1.0", "classifier.label_smoothing=0.1", "model.drop_path_rate=0.1")
 
 
