@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 MOST_SEEDS = 1000  # seeds_for_power gives up beyond this
+NO_SPREAD = 1e-9  # paired differences whose SD is below this share of their size are taken as all equal
 PLANNED_POWER = 0.8  # the power a table's "N seeds for power 0.8" plans for, at level 0.05
 
 
@@ -74,8 +75,8 @@ class PairedDifference:
 
     @property
     def shown(self) -> bool:
-        """The interval excludes 0 (and there are at least two seeds to make one)."""
-        return self.n >= 2 and (self.low > 0 or self.high < 0)
+        """The interval excludes 0 (and there are at least two seeds with some spread to make one)."""
+        return self.n >= 2 and self.p_value is not None and (self.low > 0 or self.high < 0)
 
     def planned_seeds(self) -> Optional[int]:
         """The seeds a new experiment would plan to find this mean difference, were it the truth with this spread,
@@ -101,8 +102,10 @@ def paired_difference(better: Sequence[float], worse: Sequence[float], scale: fl
     if n < 2:
         return PairedDifference(mean, 0.0, n, mean, mean, None)
     sd = statistics.stdev(differences)
-    if sd == 0:  # every seed agrees exactly: no spread to test against
-        return PairedDifference(mean, sd, n, mean, mean, None if mean == 0 else 0.0)
+    # Every seed agrees (to rounding: stepped accuracies differ by the same count of images on every seed): no spread
+    # to test against, so no t-test and no interval, and no place in a Holm family
+    if sd <= NO_SPREAD * max(1.0, *map(abs, differences)):
+        return PairedDifference(mean, 0.0, n, mean, mean, None)
     half = interval_half_width(sd, n)
     p_value = student_t_two_sided_p(mean / (sd / math.sqrt(n)), n - 1)
     return PairedDifference(mean, sd, n, mean - half, mean + half, p_value)
@@ -159,6 +162,8 @@ def describe_difference(difference: PairedDifference, claimed: bool = False) -> 
         return f"{said}, one seed: no interval"
     if difference.sd == 0 and difference.mean == 0:  # e.g. two deterministic readings agreeing on every seed
         return f"{said} on every seed: no difference, no interval"
+    if difference.sd == 0:
+        return f"{said} on every seed: no spread, no t-test"
     said += f" [{difference.low:+.1f}, {difference.high:+.1f}]"
     p = "" if difference.p_value is None else f"p {difference.p_value:.2g}"
     if difference.shown:

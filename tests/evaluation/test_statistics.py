@@ -69,10 +69,11 @@ def test_a_difference_whose_interval_excludes_zero_is_shown_whichever_its_sign()
 
 def test_one_seed_or_no_spread_has_no_interval_to_read():
     assert describe_difference(paired_difference([0.6], [0.5], scale=100)) == "+10.0, one seed: no interval"
-    same = paired_difference([0.6, 0.7], [0.5, 0.6], scale=100)  # +10 both times
-    assert same.shown and same.p_value == 0.0
+    same = paired_difference([0.6, 0.7], [0.5, 0.6], scale=100)  # +10 both times, to float rounding (1e-14)
+    assert not same.shown and same.p_value is None and same.sd == 0  # no t-test: left out of a Holm family too
     assert same.planned_seeds() is None  # no spread to plan with
-    assert describe_difference(same).startswith("+10.0 [+10.0, +10.0], shown")
+    assert describe_difference(same) == "+10.0 on every seed: no spread, no t-test"
+    assert holm_adjusted([same.p_value, 0.01]) == [None, 0.01]
     unchanged = paired_difference([0.7, 0.7], [0.7, 0.7])
     assert describe_difference(unchanged) == "+0.0 on every seed: no difference, no interval"
     tiny = paired_difference([0.5001, 0.6], [0.5, 0.6001], scale=100)  # a mean of 0 against an SD of 0.014
