@@ -118,14 +118,17 @@ def parse_command_line(cls: type, argv: Optional[typing.Sequence[str]], default_
     if {"-h", "--help"} & set(argv):  # the keys' help reads the preset and the configs' source: only when shown
         preset = parser.parse_known_args([arg for arg in argv if arg not in ("-h", "--help")])[0].config
         parser.epilog = keys_help(cls, preset_values(cls, preset), str(preset))
-    parser.add_argument("--resume", action="store_true",
-                        help="continue the run in output_dir, or without one the newest run of this recipe under "
-                             "runs/ (same as resume=auto)")
+    resumes = "resume" in {field.name for field in dataclasses.fields(cls)}  # a run; an experiment just continues
+    if resumes:
+        parser.add_argument("--resume", action="store_true",
+                            help="continue the run in output_dir, or without one the newest run of this recipe under "
+                                 "runs/ (same as resume=auto)")
     parser.add_argument("--print-config", action="store_true",
                         help="print the config the preset and overrides make, as YAML, and exit")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.steps=100")
+    parser.add_argument("overrides", nargs="*", metavar="key=value",
+                        help=f"dotted overrides, e.g. {getattr(cls, 'OVERRIDE_EXAMPLE', 'train.steps=100')}")
     args = parser.parse_intermixed_args(argv)  # flags before, between or after the overrides
-    overrides = list(args.overrides) + (["resume=auto"] if args.resume else [])
+    overrides = list(args.overrides) + (["resume=auto"] if resumes and args.resume else [])
     config = build_config(cls, args.config, overrides)
     if args.print_config:
         print(yaml.safe_dump(config_to_dict(config), sort_keys=False), end="")

@@ -26,6 +26,7 @@ from mpp.config.runs import EvaluationRunConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.loading import (
     build_dataset,
+    check_classes_to_learn,
     build_loader,
     prepare_loader,
     report_skipped,
@@ -126,9 +127,10 @@ def readout(features: EvaluationFeatures, pretrained: Optional[PretrainedEncoder
     return "avg" if pretrained is not None and pretrained.tag == "mpp" else "token"
 
 
-def open_evaluation_run(cfg: EvaluationRunConfig, prefix: str) -> EvaluationRun:
+def open_evaluation_run(cfg: EvaluationRunConfig, prefix: str, classifies: bool = True) -> EvaluationRun:
     """The encoder ``cfg.init`` names (or a seeded random one) as a frozen feature extractor, and the run's
-    directory, claimed once the encoder has loaded (nothing is written for an init that does not fit)."""
+    directory, claimed once the encoder has loaded (nothing is written for an init that does not fit) and, where the
+    run ``classifies`` (not an inspection), its training images found to hold two classes or more."""
     if cfg.eval.features == "pixels" and cfg.init:
         raise ConfigError(f"eval.features=pixels reads the images themselves, not an encoder: drop init={cfg.init} "
                           "(or choose eval.features=token or avg to evaluate it)")
@@ -147,6 +149,8 @@ def open_evaluation_run(cfg: EvaluationRunConfig, prefix: str) -> EvaluationRun:
     image_size = encoder.patch_embed.img_size[0]
     splits = [build_dataset(cfg.data, split, image_size, model_cfg.in_chans, augment=False, seed=cfg.seed)
               for split in ("train", "test")]
+    if classifies:  # one class: any classifier scores 100%, which would read as a result
+        check_classes_to_learn(splits[0])
     run = EvaluationRun(session, accelerator.prepare_model(extractor, evaluation_mode=True), *splits, cfg)
     session.start()
     warn_if_tested_on_training_images(*splits)

@@ -1,37 +1,61 @@
 """What MPP pre-training buys on your own images, measured over seeds (recipes/compare.py, ``mpp.compare``).
 
-Each seed pre-trains one encoder on the unlabelled images, then reads three arms on the labelled ones: that encoder,
-the same encoder at fresh random weights (``init=random:<run>``: its architecture and normalisation, the weights
-alone differ) and the raw pixels (no encoder). Fine-tuning reads the two encoders, the linear probe and kNN all three.
-Every run is an ordinary run of a recipe with its own directory, so a stopped comparison continues where it stopped.
+Each seed pre-trains one encoder on the unlabelled images and draws its own labelled images (``labelled_per_class``
+of each class, and the slice a rate sweep holds out), then reads the arms on them. Fine-tuned with one recipe, each arm
+at the rate its own sweep chose: the MPP encoder; the baseline, the same architecture from fresh random weights
+trained to its plateau (``scratch``, as the field trains a ViT from scratch: the preset's regularisers); and those
+weights trained only as long as MPP's fine-tuning, labelled so. Frozen (linear probe, kNN): the MPP encoder, its
+random weights and the raw pixels (no encoder). Every run is an ordinary run of a recipe with its own directory, so a
+stopped comparison continues where it stopped.
 
-Per protocol the tables give each arm's mean ± SD over the seeds, the paired differences (the same seed's runs) with
-their 95% intervals, a Holm correction across all of them, and the floors: always answering the largest class of the
-test split (accuracy) and chance (balanced accuracy).
+results.md opens with the verdict: what pre-training bought against scratch, and whether each fine-tuned encoder
+clears logistic regression on the raw pixels, the floor an encoder must clear. Per protocol the tables then give each
+arm's mean ± SD over the seeds, the paired differences (the same seed's runs) with their 95% intervals, a Holm
+correction across all of them (a difference equal on every seed has no t-test and stays out of it), and the floors:
+always answering the largest class of the test split (accuracy) and chance (balanced accuracy).
 """
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
-from mpp.evaluation.statistics import paired_difference
+from mpp import __version__ as mpp_version
+from mpp.evaluation.statistics import describe_difference, paired_difference
+from mpp.experiments.checks import check_labelled_images, check_run_configs, warn_if_test_images_are_unlabelled_ones
 from mpp.experiments.config import ComparisonConfig
 from mpp.experiments.publishing import (Comparison, comparison_table, copy_to_publish_dir, holm_summary,
                                         markdown_table, percent, publish_table)
 from mpp.experiments.runner import Run, at_first_seeds_rate, recipe_command, run_experiment
 from mpp.run.directory import read_metrics
 
-ARMS = {"mpp": "MPP pre-trained", "random": "random weights", "pixels": "raw pixels"}
-PROTOCOLS = {"finetune": ("Fine-tuned", ("mpp", "random")), "linear_probe": ("Linear probe", tuple(ARMS)),
-             "knn": ("kNN", tuple(ARMS))}
+ARMS = {"mpp": "MPP pre-trained", "scratch": "from scratch", "random": "random weights, as briefly",
+        "pixels": "raw pixels"}
+# Fine-tuning reads the three encoders' arms; the frozen protocols the MPP encoder, random weights and the pixels. The
+# fine-tuned arms are read against the pixels' logistic regression (the linear probe's pixels arm).
+PROTOCOLS = {"finetune": ("Fine-tuned", ("mpp", "scratch", "random")),
+             "linear_probe": ("Linear probe", ("mpp", "random", "pixels")),
+             "knn": ("kNN", ("mpp", "random", "pixels"))}
 MEASURES = {"balanced_accuracy": "balanced accuracy", "accuracy": "accuracy"}
 FLOORS = {"balanced_accuracy": "chance_balanced_accuracy", "accuracy": "majority_class_accuracy"}
-READ_AGAINST = (("mpp", "random"), ("mpp", "pixels"))  # what pre-training bought; what the encoder adds to pixels
+# What each protocol's tables read: what pre-training bought (against scratch trained to its plateau, the baseline;
+# against random weights trained as briefly as MPP's fine-tuning, labelled so), and what an encoder adds to the pixels.
+READ_AGAINST = {"finetune": (("mpp", "scratch"), ("mpp", "random"), ("mpp", "pixels"), ("scratch", "pixels")),
+                "linear_probe": (("mpp", "random"), ("mpp", "pixels")), "knn": (("mpp", "random"), ("mpp", "pixels"))}
+PIXELS_FLOOR = "linear_probe"  # the fine-tuned arms' pixels: logistic regression on the raw pixels
 
 
 def run_name(protocol: str, arm: str, seed: int) -> str:
     return f"{protocol}/{arm}-seed{seed}"
+
+
+def labelled_subset(cfg: ComparisonConfig, seed: int) -> tuple[str, ...]:
+    """The overrides that give seed ``seed`` its own labelled images: its draw of ``labelled_per_class`` of each
+    class (all of them where 0), and of the slice a learning-rate sweep holds out; every labelled run of the seed,
+    the pixels' included, reads the same."""
+    per_class = (f"data.shots_per_class={cfg.labelled_per_class}",) if cfg.labelled_per_class else ()
+    return (*per_class, f"data.subset_seed={seed}")
 
 
 def plan_runs(cfg: ComparisonConfig, repository: Path) -> list[Run]:
@@ -44,6 +68,7 @@ def plan_runs(cfg: ComparisonConfig, repository: Path) -> list[Run]:
     for seed in cfg.seeds:
         pretraining = run_name("pretrain", "mpp", seed)
         sources = {"mpp": (f"init={output_dir / pretraining}",),
+                   "scratch": (f"init=random:{output_dir / pretraining}", *cfg.scratch),
                    "random": (f"init=random:{output_dir / pretraining}",), "pixels": ("eval.features=pixels",)}
         runs.append(Run(pretraining, "pretrain", recipe_command(
             cfg, repository, "mpp", cfg.mpp_preset, (f"data.source={cfg.unlabelled}", *cfg.data, *cfg.encoder,
@@ -55,8 +80,9 @@ def plan_runs(cfg: ComparisonConfig, repository: Path) -> list[Run]:
                 at_rate, waits = (at_first_seeds_rate(cfg, run_name(protocol, arm, cfg.seeds[0]), seed)
                                   if protocol == "finetune" else ((), ()))
                 command = recipe_command(cfg, repository, protocol, presets[protocol],
-                                         (f"data.source={cfg.labelled}", *cfg.data, *cfg.encoder,
-                                          *overrides[protocol], *sources[arm], *at_rate), seed, output_dir / name)
+                                         (f"data.source={cfg.labelled}", *cfg.data, *labelled_subset(cfg, seed),
+                                          *cfg.encoder, *overrides[protocol], *sources[arm], *at_rate), seed,
+                                         output_dir / name)
                 runs.append(Run(name, protocol, command, after=None if arm == "pixels" else pretraining,
                                 also_after=waits))
     return runs
@@ -70,7 +96,8 @@ def test_scores(metrics: dict[str, Any], protocol: str) -> dict[str, float]:
 
 
 def collect_results(cfg: ComparisonConfig) -> dict[str, Any]:
-    """{protocol: {arm: {measure: [one per seed]}}}, with the test split's floors (the same images for every run)."""
+    """{protocol: {arm: {measure: [one per seed]}}}, with the test split's floors (the same images for every run),
+    each training arm's optimizer steps (pre-training and fine-tuning) and the images its runs skipped."""
     output_dir = Path(cfg.output_dir)
     protocols: dict[str, Any] = {}
     for protocol, (_, arms) in PROTOCOLS.items():
@@ -79,35 +106,109 @@ def collect_results(cfg: ComparisonConfig) -> dict[str, Any]:
                       for seed in cfg.seeds]
             protocols.setdefault(protocol, {})[arm] = {key: [score[key] for score in scores] for key in MEASURES}
             protocols[protocol]["floors"] = {key: scores[0][key] for key in FLOORS.values()}
-    return {"seeds": list(cfg.seeds), "protocols": protocols}
+    first = cfg.seeds[0]
+    pretraining = read_metrics(output_dir / run_name("pretrain", "mpp", first))
+    steps = {arm: read_metrics(output_dir / run_name("finetune", arm, first))["step"]
+             for arm in PROTOCOLS["finetune"][1]}
+    skipped = {run: sum(read_metrics(output_dir / run_name(protocol, arm, seed)).get("skipped_images") or 0
+                        for seed in cfg.seeds)
+               for run, (protocol, arm) in {"pre-training": ("pretrain", "mpp"),
+                                            "fine-tuning": ("finetune", "mpp")}.items()}
+    return {"seeds": list(cfg.seeds), "protocols": protocols, "pretraining_steps": pretraining["step"],
+            "finetuning_steps": steps, "skipped_images": skipped, "version": provenance()}
+
+
+def provenance() -> dict[str, Optional[str]]:
+    """The package's version and, where it runs from a git checkout, its commit ("+changes" where the checkout has
+    uncommitted changes)."""
+    checkout = Path(__file__).resolve().parents[2]
+    commit = None
+    if (checkout / ".git").exists():
+        def git(*args: str) -> str:
+            return subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, text=True).stdout.strip()
+        commit = git("rev-parse", "HEAD") or None
+        if commit and git("status", "--porcelain", "--untracked-files=no"):
+            commit += "+changes"
+    return {"package": mpp_version, "commit": commit}
+
+
+def arm_scores(results: dict[str, Any], protocol: str, arm: str) -> dict[str, list[float]]:
+    """An arm's scores in a protocol's tables: the fine-tuned arms' pixels are the pixels' logistic regression."""
+    if protocol == "finetune" and arm == "pixels":
+        protocol = PIXELS_FLOOR
+    return results["protocols"][protocol][arm]
+
+
+def arm_labels(results: dict[str, Any]) -> dict[str, str]:
+    """The arms' names in the tables, with the steps the fine-tuned ones trained (where recorded)."""
+    steps = results.get("finetuning_steps")
+    if not steps:
+        return ARMS
+    pretraining = results["pretraining_steps"]
+    return {**ARMS, "mpp": f"MPP pre-trained ({pretraining:,} + {steps['mpp']:,} steps)",
+            "scratch": f"from scratch ({steps['scratch']:,} steps)",
+            "random": f"random weights ({steps['random']:,} steps)"}
 
 
 def comparisons(results: dict[str, Any], measure: str) -> list[Comparison]:
     """Each protocol's paired differences of ``READ_AGAINST`` (in points), read by ``measure``."""
     found = []
-    for protocol, (title, arms) in PROTOCOLS.items():
-        for better, worse in READ_AGAINST:
-            if worse in arms:
-                scores = results["protocols"][protocol]
-                found.append(Comparison(f"{ARMS[better]} - {ARMS[worse]}", title, measure, paired_difference(
-                    scores[better][measure], scores[worse][measure], scale=100)))
+    for protocol, (title, _) in PROTOCOLS.items():
+        for better, worse in READ_AGAINST[protocol]:
+            finding = f"{ARMS[better]} - {ARMS[worse]}" + (" (logistic regression)" if (
+                protocol == "finetune" and worse == "pixels") else "")
+            found.append(Comparison(finding, title, measure, paired_difference(
+                arm_scores(results, protocol, better)[measure], arm_scores(results, protocol, worse)[measure],
+                scale=100)))
     return found
 
 
+def verdict(results: dict[str, Any], measure: str = "balanced_accuracy") -> list[str]:
+    """The sentences read first: what pre-training bought against scratch trained to its plateau, fine-tuned, and
+    whether each fine-tuned encoder clears the raw pixels' logistic regression, the floor an encoder must clear."""
+    found = {(comparison.column, comparison.finding): comparison.difference
+             for comparison in comparisons(results, measure)}
+    bought = found[("Fine-tuned", f"{ARMS['mpp']} - {ARMS['scratch']}")]
+    labels = arm_labels(results)
+    lines = [f"**What pre-training bought** (fine-tuned, {MEASURES[measure]}, MPP against a ViT {labels['scratch']} "
+             f"with the same recipe and its own rate): {describe_difference(bought, claimed=True)}."]
+    for arm in ("mpp", "scratch"):
+        against = found[("Fine-tuned", f"{ARMS[arm]} - {ARMS['pixels']} (logistic regression)")]
+        if against.shown and against.mean > 0:
+            said = "clears it"
+        elif against.shown or against.mean < 0 and against.p_value is None:
+            said = "**does not clear it**: it is below the pixels"
+        else:
+            said = "**is not shown to clear it**"
+        lines.append(f"Fine-tuned {ARMS[arm] if arm == 'scratch' else 'from MPP'} against logistic regression on "
+                     f"the raw pixels of the same labelled images (the floor an encoder must clear): "
+                     f"{describe_difference(against)}; the encoder {said}.")
+    return [" ".join(lines[:1]), "", *lines[1:], ""]
+
+
 def results_table(results: dict[str, Any]) -> str:
-    """Per measure: the arms' mean ± SD in % with the floors, then the paired differences in points."""
-    lines = [f"Seeds: {', '.join(map(str, results['seeds']))}; test accuracy in % (mean ± SD over the seeds), paired "
-             "differences in points with their 95% intervals.", ""]
+    """The verdict, then per measure: the arms' mean ± SD in % with the floors, then the paired differences in
+    points."""
+    labels = arm_labels(results)
+    lines = [*verdict(results),
+             f"Seeds: {', '.join(map(str, results['seeds']))}, each with its own labelled images; test accuracy in % "
+             "(mean ± SD over the seeds), paired differences in points with their 95% intervals. The fine-tuned "
+             "row's raw pixels are the linear probe's (logistic regression).", ""]
     for measure, said in MEASURES.items():
         body = []
         for protocol, (title, arms) in PROTOCOLS.items():
             scores = results["protocols"][protocol]
-            body.append([title, *(percent(scores[arm][measure]) if arm in arms else "—" for arm in ARMS),
-                         f"{100 * scores['floors'][FLOORS[measure]]:.1f}"])
+            shown = (*arms, "pixels") if protocol == "finetune" else arms
+            body.append([title, *(percent(arm_scores(results, protocol, arm)[measure]) if arm in shown else "—"
+                                  for arm in ARMS), f"{100 * scores['floors'][FLOORS[measure]]:.1f}"])
         floor = "largest class" if measure == "accuracy" else "chance"
-        lines += [f"**{said.capitalize()}**", "", *markdown_table(["Protocol", *ARMS.values(), floor], body)]
+        lines += [f"**{said.capitalize()}**", "", *markdown_table(["Protocol", *labels.values(), floor], body)]
         found = comparisons(results, measure)
         lines += [*comparison_table("Difference", found, measure), *holm_summary(found)]
+    skipped = results.get("skipped_images") or {}
+    if any(skipped.values()):
+        lines += ["Images skipped as undecodable, over all seeds: " + ", ".join(
+            f"{count} in {stage}" for stage, count in skipped.items()) + " (each run's log.txt names them).", ""]
     return "\n".join(lines)
 
 
@@ -118,9 +219,26 @@ def publish(cfg: ComparisonConfig, results: dict[str, Any], folder: Path) -> dic
     return {**results, "table": table}
 
 
+LISTS = {stage: f"{lists} and data=[...], encoder=[...]" for stage, lists in (
+    ("pretrain", "mpp=[...]"), ("finetune", "finetune=[...], scratch=[...], labelled_per_class"),
+    ("linear_probe", "linear_probe=[...], labelled_per_class"), ("knn", "knn=[...], labelled_per_class"))}
+
+
+def check_before_running(cfg: ComparisonConfig, repository: Path) -> None:
+    """Everything that can be wrong with the comparison, found before its first run: each run of the first seed
+    builds its config, the labelled images have what the protocols need, and test images that are also unlabelled
+    ones are counted (``mpp.experiments.checks``)."""
+    cfg.check_images()
+    first = [run for run in plan_runs(cfg, repository) if run.name.endswith(f"-seed{cfg.seeds[0]}")]
+    configs = check_run_configs(first, LISTS)
+    test = check_labelled_images(configs[run_name("finetune", "mpp", cfg.seeds[0])], cfg.labelled_per_class,
+                                 "labelled_per_class")
+    warn_if_test_images_are_unlabelled_ones(test, configs[run_name("pretrain", "mpp", cfg.seeds[0])])
+
+
 def compare(cfg: ComparisonConfig, repository: Path) -> dict[str, Any]:
     """The whole comparison: every run not yet finished (the recipes of ``repository``), then the tables."""
     if not cfg.tables_only:
-        cfg.check_images()
+        check_before_running(cfg, repository)
     return run_experiment(cfg, lambda: plan_runs(cfg, repository), lambda: collect_results(cfg),
                           lambda results, folder: publish(cfg, results, folder))

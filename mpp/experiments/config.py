@@ -20,6 +20,7 @@ class ExperimentConfig:
     # published; a kind of experiment adds its own.
     FREE_ON_CONTINUE: ClassVar[tuple[str, ...]] = ("seeds", "parallel_runs", "publish_dir", "tables_only",
                                                    "chance_margin")
+    OVERRIDE_EXAMPLE: ClassVar[str] = "seeds=[0,1,2,3,4]"  # --help's example of a key=value
 
     output_dir: str = "runs/experiment"  # one folder per run inside, then results.md, results.json and the plots
     seeds: tuple[int, ...] = (0, 1, 2)  # each seed repeats everything: pre-training, labelled subset, fine-tuning
@@ -68,8 +69,14 @@ class ComparisonConfig(ExperimentConfig):
     mpp_preset: str = "recipes/configs/mpp_own_images_cpu.yaml"
     finetune_preset: str = "recipes/configs/finetune_own_images_cpu.yaml"
     eval_preset: str = "recipes/configs/eval_own_images_cpu.yaml"  # the linear probe's and kNN's
-    finetune: tuple[str, ...] = ()  # every fine-tuning (train.*, finetune.*)
+    finetune: tuple[str, ...] = ()  # every fine-tuning (train.*, finetune.*, augment.*): the arms' one recipe
+    # The baseline's length beside ``finetune`` (train.steps or train.epochs, their warm-up): a ViT from fresh random
+    # weights trained to its plateau, as the field would set it beside a pre-trained one
+    scratch: tuple[str, ...] = ()
     knn: tuple[str, ...] = ()  # every kNN fit (knn.*), beside ``linear_probe``'s
+    # Each seed's labelled images: this many training images of each class, drawn by the seed (so every interval
+    # includes which images were labelled); 0: all of them on every seed
+    labelled_per_class: int = 0
 
     def presets(self) -> tuple[str, ...]:
         return ("mpp_preset", "finetune_preset", "eval_preset")
@@ -83,6 +90,9 @@ class ComparisonConfig(ExperimentConfig):
                               "prepares them)")
 
     def __post_init__(self) -> None:
+        if self.labelled_per_class < 0:
+            raise ConfigError(f"labelled_per_class={self.labelled_per_class} must be at least 0 (0: every labelled "
+                              "image on every seed)")
         if self.few_shot:
             raise ConfigError("few_shot: the comparison reads no few-shot regression (eval/few_shot.py runs it "
                               "alone); leave few_shot empty")

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -28,7 +29,7 @@ from mpp.config.building import config_to_dict
 from mpp.errors import ConfigError, RunError
 from mpp.experiments.config import ExperimentConfig
 from mpp.experiments.publishing import published_results
-from mpp.run.directory import read_metrics
+from mpp.run.directory import METRICS_FILE, read_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -102,8 +103,13 @@ def claim_experiment(cfg: ExperimentConfig) -> Path:
     settings, defaults, free = config_to_dict(cfg), config_to_dict(type(cfg)()), cfg.FREE_ON_CONTINUE
     if plan.is_file() and (fixed_settings(yaml.safe_load(plan.read_text()), defaults, free)
                            != fixed_settings(settings, defaults, free)):
-        raise ConfigError(f"output_dir {output_dir} holds an experiment with other settings ({plan}); choose another "
-                          f"output_dir, or delete that one to start again (only {', '.join(free)} may change)")
+        if any(output_dir.glob(f"*/*/{METRICS_FILE}")):
+            raise ConfigError(f"output_dir {output_dir} holds an experiment with other settings ({plan}) and finished "
+                              f"runs; choose another output_dir, or delete that one to start again (only "
+                              f"{', '.join(free)} may change)")
+        # None of its runs finished (one failed on a setting, say): the corrected command takes the folder over
+        logger.info("output_dir %s holds an experiment none of whose runs finished: it continues with these settings",
+                    output_dir)
     if not plan.is_file() and output_dir.is_dir() and any(output_dir.iterdir()):
         raise ConfigError(f"output_dir {output_dir} is not empty and holds no {PLAN_FILE}; choose another output_dir")
     (output_dir / "console").mkdir(parents=True, exist_ok=True)
@@ -123,6 +129,7 @@ def execute(runs: list[Run], output_dir: Path, parallel_runs: int,
     waiting = [run for run in runs if run.name not in finished]
     logger.info("%d runs, %d already finished", len(runs), len(finished))
     failed: list[str] = []
+    progress = Progress(waiting, len(runs), len(finished), parallel_runs)
     with ThreadPoolExecutor(parallel_runs) as pool, StopRequests() as stop:
         under_way: dict[Future, Run] = {}
         while waiting or under_way:
@@ -130,6 +137,7 @@ def execute(runs: list[Run], output_dir: Path, parallel_runs: int,
             for run in ready[: parallel_runs - len(under_way)]:
                 waiting.remove(run)
                 under_way[pool.submit(run_one, run, output_dir, stop)] = run
+                progress.started(run)
             if not under_way:
                 break  # only runs after a failed one are left, or a stop was asked for: they cannot start
             done, _ = wait(under_way, timeout=1.0, return_when=FIRST_COMPLETED)  # the timeout: to see a stop
@@ -137,6 +145,7 @@ def execute(runs: list[Run], output_dir: Path, parallel_runs: int,
                 run = under_way.pop(future)
                 if future.result() == 0:
                     finished.add(run.name)
+                    progress.finished(run)
                     if on_finished:
                         on_finished(run)
                 else:
@@ -148,6 +157,31 @@ def execute(runs: list[Run], output_dir: Path, parallel_runs: int,
     if failed:
         raise RunFailed("runs failed: " + "; ".join(failed) + ". Running the same command again continues the "
                         "experiment from where it stopped")
+
+
+class Progress:
+    """Says, as each run finishes, how many of the experiment's runs are done and about how long the rest will take:
+    each run left at the mean time its stage's runs took here (where none has finished yet, the mean of all that
+    have), ``parallel_runs`` at a time."""
+
+    def __init__(self, waiting: list[Run], total: int, done_before: int, parallel_runs: int) -> None:
+        self.total, self.done, self.parallel_runs = total, done_before, parallel_runs
+        self.left = {run.name: run.stage for run in waiting}
+        self.start = time.perf_counter()
+        self.began: dict[str, float] = {}
+        self.took: dict[str, list[float]] = {}
+
+    def started(self, run: Run) -> None:
+        self.began[run.name] = time.perf_counter()
+
+    def finished(self, run: Run) -> None:
+        self.done += 1
+        self.took.setdefault(run.stage, []).append(time.perf_counter() - self.began[run.name])
+        del self.left[run.name]
+        every = [seconds for times in self.took.values() for seconds in times]
+        left = sum(statistics.fmean(self.took.get(stage) or every) for stage in self.left.values())
+        logger.info("progress: %d of %d runs done, %.1f min so far; about %.0f min left at this pace", self.done,
+                    self.total, (time.perf_counter() - self.start) / 60, left / self.parallel_runs / 60)
 
 
 class ExperimentStopped(RunError):
@@ -226,6 +260,8 @@ def run_experiment(cfg: ExperimentConfig, plan: Callable[[], list[Run]], results
     results = results_of() | {"wall_seconds": wall_seconds, "runs": len(runs)}
     (output_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     results = publish(results, output_dir)
-    logger.info("results in %s (results.md, results.json, plots); %.1f minutes of wall time\n%s", output_dir,
-                wall_seconds / 60, results["table"])
+    written = ", ".join(sorted(path.name for path in output_dir.iterdir() if path.suffix in (".md", ".json", ".png")
+                               and path.name != ELAPSED_FILE))
+    logger.info("results in %s (%s); %.1f minutes of wall time\n%s", output_dir, written, wall_seconds / 60,
+                results["table"])
     return results

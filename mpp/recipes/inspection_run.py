@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 
 def inspect_frozen_encoder(cfg: InspectionRunConfig) -> RunResult:
     """The pictures of ``cfg.init``'s encoder, and its mean attention distances as metrics."""
-    with open_evaluation_run(cfg, prefix="inspect") as run:
+    with open_evaluation_run(cfg, prefix="inspect", classifies=False) as run:
         count = max(cfg.inspect.attention_images, cfg.inspect.rollout_images)
         images = torch.cat(list(sample_images(run.test_set, count, cfg.seed))).to(run.accelerator.device)
         extractor = run.accelerator.unwrap_model(run.extractor)
