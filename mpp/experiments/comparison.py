@@ -30,20 +30,35 @@ from mpp.experiments.publishing import (Comparison, comparison_table, copy_to_pu
 from mpp.experiments.runner import Run, at_first_seeds_rate, recipe_command, run_experiment
 from mpp.run.directory import read_metrics
 
-ARMS = {"mpp": "MPP pre-trained", "scratch": "from scratch", "random": "random weights, as briefly",
+ARMS = {"mpp": "MPP pre-trained", "scratch": "from scratch", "mpp_paper": "MPP pre-trained, the paper's recipe",
+        "scratch_paper": "from scratch, the paper's recipe", "random": "random weights, as briefly",
         "pixels": "raw pixels"}
-# Fine-tuning reads the three encoders' arms; the frozen protocols the MPP encoder, random weights and the pixels. The
-# fine-tuned arms are read against the pixels' logistic regression (the linear probe's pixels arm).
+# Fine-tuning reads the three encoders' arms (with ``paper_recipe``, MPP and scratch again with the paper's recipe);
+# the frozen protocols the MPP encoder, random weights and the pixels. The fine-tuned arms are read against the
+# pixels' logistic regression (the linear probe's pixels arm).
 PROTOCOLS = {"finetune": ("Fine-tuned", ("mpp", "scratch", "random")),
              "linear_probe": ("Linear probe", ("mpp", "random", "pixels")),
              "knn": ("kNN", ("mpp", "random", "pixels"))}
+PAPER_ARMS = {"mpp_paper": "mpp", "scratch_paper": "scratch"}  # each arm fine-tuned with the paper's recipe: its twin
 MEASURES = {"balanced_accuracy": "balanced accuracy", "accuracy": "accuracy"}
 FLOORS = {"balanced_accuracy": "chance_balanced_accuracy", "accuracy": "majority_class_accuracy"}
 # What each protocol's tables read: what pre-training bought (against scratch trained to its plateau, the baseline;
-# against random weights trained as briefly as MPP's fine-tuning, labelled so), and what an encoder adds to the pixels.
+# against random weights trained as briefly as MPP's fine-tuning, labelled so), what an encoder adds to the pixels,
+# and, with the paper's recipe beside, the same for it and what the regularisers alone change.
 READ_AGAINST = {"finetune": (("mpp", "scratch"), ("mpp", "random"), ("mpp", "pixels"), ("scratch", "pixels")),
                 "linear_probe": (("mpp", "random"), ("mpp", "pixels")), "knn": (("mpp", "random"), ("mpp", "pixels"))}
+PAPER_READ_AGAINST = (("mpp_paper", "scratch_paper"), ("mpp", "mpp_paper"), ("scratch", "scratch_paper"))
 PIXELS_FLOOR = "linear_probe"  # the fine-tuned arms' pixels: logistic regression on the raw pixels
+
+
+def arms_of(protocol: str, paper: bool) -> tuple[str, ...]:
+    """The arms ``protocol`` reads; fine-tuning's with the paper's recipe's too where ``paper``."""
+    arms = PROTOCOLS[protocol][1]
+    return (*arms[:2], *PAPER_ARMS, *arms[2:]) if protocol == "finetune" and paper else arms
+
+
+def with_paper_recipe(results: dict[str, Any]) -> bool:
+    return "mpp_paper" in results["protocols"]["finetune"]
 
 
 def run_name(protocol: str, arm: str, seed: int) -> str:
@@ -70,11 +85,12 @@ def plan_runs(cfg: ComparisonConfig, repository: Path) -> list[Run]:
         sources = {"mpp": (f"init={output_dir / pretraining}",),
                    "scratch": (f"init=random:{output_dir / pretraining}", *cfg.scratch),
                    "random": (f"init=random:{output_dir / pretraining}",), "pixels": ("eval.features=pixels",)}
+        sources |= {arm: (*sources[twin], *cfg.paper_recipe) for arm, twin in PAPER_ARMS.items()}
         runs.append(Run(pretraining, "pretrain", recipe_command(
             cfg, repository, "mpp", cfg.mpp_preset, (f"data.source={cfg.unlabelled}", *cfg.data, *cfg.encoder,
                                                      *cfg.mpp), seed, output_dir / pretraining), after=None))
-        for protocol, (_, arms) in PROTOCOLS.items():
-            for arm in arms:
+        for protocol in PROTOCOLS:
+            for arm in arms_of(protocol, bool(cfg.paper_recipe)):
                 name = run_name(protocol, arm, seed)
                 # tune_once, with finetune.sweep_lrs: each arm trains at the rate its first seed's sweep chose
                 at_rate, waits = (at_first_seeds_rate(cfg, run_name(protocol, arm, cfg.seeds[0]), seed)
@@ -100,8 +116,8 @@ def collect_results(cfg: ComparisonConfig) -> dict[str, Any]:
     each training arm's optimizer steps (pre-training and fine-tuning) and the images its runs skipped."""
     output_dir = Path(cfg.output_dir)
     protocols: dict[str, Any] = {}
-    for protocol, (_, arms) in PROTOCOLS.items():
-        for arm in arms:
+    for protocol in PROTOCOLS:
+        for arm in arms_of(protocol, bool(cfg.paper_recipe)):
             scores = [test_scores(read_metrics(output_dir / run_name(protocol, arm, seed)), protocol)
                       for seed in cfg.seeds]
             protocols.setdefault(protocol, {})[arm] = {key: [score[key] for score in scores] for key in MEASURES}
@@ -109,7 +125,7 @@ def collect_results(cfg: ComparisonConfig) -> dict[str, Any]:
     first = cfg.seeds[0]
     pretraining = read_metrics(output_dir / run_name("pretrain", "mpp", first))
     steps = {arm: read_metrics(output_dir / run_name("finetune", arm, first))["step"]
-             for arm in PROTOCOLS["finetune"][1]}
+             for arm in arms_of("finetune", bool(cfg.paper_recipe))}
     skipped = {run: sum(read_metrics(output_dir / run_name(protocol, arm, seed)).get("skipped_images") or 0
                         for seed in cfg.seeds)
                for run, (protocol, arm) in {"pre-training": ("pretrain", "mpp"),
@@ -145,16 +161,18 @@ def arm_labels(results: dict[str, Any]) -> dict[str, str]:
     if not steps:
         return ARMS
     pretraining = results["pretraining_steps"]
-    return {**ARMS, "mpp": f"MPP pre-trained ({pretraining:,} + {steps['mpp']:,} steps)",
-            "scratch": f"from scratch ({steps['scratch']:,} steps)",
-            "random": f"random weights ({steps['random']:,} steps)"}
+    return {**ARMS, **{arm: f"{ARMS[arm]} ({pretraining:,} + {steps[arm]:,} steps)" for arm in ("mpp", "mpp_paper")
+                       if arm in steps},
+            **{arm: f"{ARMS[arm]} ({steps[arm]:,} steps)" for arm in ("scratch", "scratch_paper", "random")
+               if arm in steps}}
 
 
 def comparisons(results: dict[str, Any], measure: str) -> list[Comparison]:
     """Each protocol's paired differences of ``READ_AGAINST`` (in points), read by ``measure``."""
     found = []
     for protocol, (title, _) in PROTOCOLS.items():
-        for better, worse in READ_AGAINST[protocol]:
+        paper = PAPER_READ_AGAINST if protocol == "finetune" and with_paper_recipe(results) else ()
+        for better, worse in (*READ_AGAINST[protocol], *paper):
             finding = f"{ARMS[better]} - {ARMS[worse]}" + (" (logistic regression)" if (
                 protocol == "finetune" and worse == "pixels") else "")
             found.append(Comparison(finding, title, measure, paired_difference(
@@ -190,19 +208,22 @@ def results_table(results: dict[str, Any]) -> str:
     """The verdict, then per measure: the arms' mean ± SD in % with the floors, then the paired differences in
     points."""
     labels = arm_labels(results)
+    columns = [arm for arm in ARMS if arm not in PAPER_ARMS or with_paper_recipe(results)]
     lines = [*verdict(results),
              f"Seeds: {', '.join(map(str, results['seeds']))}, each with its own labelled images; test accuracy in % "
              "(mean ± SD over the seeds), paired differences in points with their 95% intervals. The fine-tuned "
              "row's raw pixels are the linear probe's (logistic regression).", ""]
     for measure, said in MEASURES.items():
         body = []
-        for protocol, (title, arms) in PROTOCOLS.items():
+        for protocol, (title, _) in PROTOCOLS.items():
             scores = results["protocols"][protocol]
+            arms = arms_of(protocol, with_paper_recipe(results))
             shown = (*arms, "pixels") if protocol == "finetune" else arms
             body.append([title, *(percent(arm_scores(results, protocol, arm)[measure]) if arm in shown else "—"
-                                  for arm in ARMS), f"{100 * scores['floors'][FLOORS[measure]]:.1f}"])
+                                  for arm in columns), f"{100 * scores['floors'][FLOORS[measure]]:.1f}"])
         floor = "largest class" if measure == "accuracy" else "chance"
-        lines += [f"**{said.capitalize()}**", "", *markdown_table(["Protocol", *labels.values(), floor], body)]
+        lines += [f"**{said.capitalize()}**", "",
+                  *markdown_table(["Protocol", *(labels[arm] for arm in columns), floor], body)]
         found = comparisons(results, measure)
         lines += [*comparison_table("Difference", found, measure), *holm_summary(found)]
     skipped = results.get("skipped_images") or {}

@@ -73,6 +73,9 @@ class ComparisonConfig(ExperimentConfig):
     # The baseline's length beside ``finetune`` (train.steps or train.epochs, their warm-up): a ViT from fresh random
     # weights trained to its plateau, as the field would set it beside a pre-trained one
     scratch: tuple[str, ...] = ()
+    # Where set: the overrides that make ``finetune``'s recipe the paper's (its regularisers off); MPP and scratch are
+    # then fine-tuned with it too, in the same tables, to show what the regularisers alone change
+    paper_recipe: tuple[str, ...] = ()
     knn: tuple[str, ...] = ()  # every kNN fit (knn.*), beside ``linear_probe``'s
     # Each seed's labelled images: this many training images of each class, drawn by the seed (so every interval
     # includes which images were labelled); 0: all of them on every seed

@@ -4,14 +4,19 @@ the whole command at toy size on folders of images made here."""
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from PIL import Image
 
 import mpp
 from mpp.config.building import build_config
-from mpp.errors import ConfigError
+from mpp.errors import ConfigError, DataError
+from mpp.experiments import comparison as comparison_module
 from mpp.experiments.comparison import compare, plan_runs, publish, results_table
 from mpp.experiments.config import ComparisonConfig
 from mpp.recipes import python_api
@@ -55,6 +60,62 @@ def test_the_images_are_required_and_few_shot_is_refused_by_name(tmp_path):
         build_config(ComparisonConfig, PRESET, [*IMAGES, "few_shot=[few_shot.seeds=2]"])
 
 
+@pytest.fixture
+def folders(tmp_path) -> dict[str, str]:
+    """Unlabelled images and labelled ones in two classes (6 training, 4 test images each), as folder: sources."""
+    classes = {"circles": (30, 90, 200), "leaves": (40, 160, 60)}
+    write_images(tmp_path / "images", 12, {"all": (200, 60, 40)})
+    write_images(tmp_path / "train", 6, classes)
+    write_images(tmp_path / "val", 4, classes)
+    return {name: str(tmp_path / name) for name in ("images", "train", "val")}
+
+
+def checked(tmp_path, folders, *overrides: str) -> None:
+    cfg = build_config(ComparisonConfig, PRESET, [f"unlabelled=folder:{folders['images']}",
+                                                  f"labelled=folder:{folders['train']}",
+                                                  f"output_dir={tmp_path / 'comparison'}", *overrides])
+    compare(cfg, ROOT)
+
+
+def test_a_mistyped_key_or_labelled_images_that_cannot_serve_are_refused_before_anything_runs(tmp_path, folders,
+                                                                                             monkeypatch):
+    monkeypatch.setattr(comparison_module, "run_experiment", lambda *args: pytest.fail("a run would have started"))
+    test_split = f"data=[data.eval_folder={folders['val']}]"
+    with pytest.raises(DataError, match="has no evaluation split: set data.eval_folder"):
+        checked(tmp_path, folders)
+    with pytest.raises(ConfigError, match=r"^pretrain/mpp-seed0 cannot start: unknown config key 'train.epoch' \(did "
+                                          r"you mean 'train.epochs'\?\)(.|\n)*from the experiment's mpp=\[...\]"):
+        checked(tmp_path, folders, test_split, "mpp=[train.epoch=3]")
+    with pytest.raises(ConfigError, match=r"^finetune/scratch-seed0 cannot start: .*'train.step'"):
+        checked(tmp_path, folders, test_split, "scratch=[train.step=3]")
+    with pytest.raises(DataError, match=r"labelled_per_class=10, but of the 12 labelled training images class 0 "
+                                        r"\(circles\) has 6, class 1 \(leaves\) has 6: lower labelled_per_class to "
+                                        "at most 6"):
+        checked(tmp_path, folders, test_split, "labelled_per_class=10")
+    for split in ("train", "val"):  # one class left
+        shutil.rmtree(Path(folders[split]) / "leaves")
+    with pytest.raises(DataError, match="has a single class, and a classifier needs two or more"):
+        checked(tmp_path, folders, test_split)
+    assert not (tmp_path / "comparison").exists()  # nothing was written
+
+
+def test_a_class_of_one_image_and_test_images_also_unlabelled_are_said_before_anything_runs(tmp_path, folders,
+                                                                                           monkeypatch, caplog):
+    monkeypatch.setattr(comparison_module, "run_experiment", lambda *args: None)
+    leaves = Path(folders["train"]) / "leaves"
+    for extra in sorted(leaves.iterdir())[1:]:
+        extra.unlink()
+    # Three test images are unlabelled ones, at twice the size: the same content
+    for index, image in enumerate(sorted(Path(folders["images"], "all").iterdir())[:3]):
+        with Image.open(image) as opened:
+            opened.resize((80, 72)).save(Path(folders["val"]) / "circles" / f"also-unlabelled-{index}.png")
+    with caplog.at_level(logging.INFO):
+        checked(tmp_path, folders, f"data=[data.eval_folder={folders['val']}]")
+    said = caplog.text
+    assert "the labelled training images of class 1 (leaves) number one" in said
+    assert "3 of the 11 test images are also among the 12 unlabelled images (by content, at any size)" in said
+
+
 def test_the_python_call_builds_the_config_the_command_line_does(tmp_path, monkeypatch):
     called = {}
     monkeypatch.setattr(python_api, "run_comparison", lambda cfg, repository: called.update(cfg=cfg, repo=repository))
@@ -93,8 +154,8 @@ def test_the_tables_open_with_the_verdict_and_read_every_fine_tuned_arm_against_
            "an encoder must clear): +1.0 [" in verdict and "the encoder **is not shown to clear it**." in verdict
     assert "Fine-tuned from scratch against" in verdict and "the encoder **does not clear it**: it is below the " \
            "pixels." in verdict
-    header = ("| Protocol | MPP pre-trained (3,600 + 250 steps) | from scratch (1,000 steps) | random weights (250 "
-              "steps) | raw pixels |")
+    header = ("| Protocol | MPP pre-trained (3,600 + 250 steps) | from scratch (1,000 steps) | random weights, as "
+              "briefly (250 steps) | raw pixels |")
     assert f"{header} largest class |" in table and f"{header} chance |" in table
     assert "| Fine-tuned | 65.0 ± 5.0 | 58.3 ± 2.9 | 51.7 ± 2.9 | 64.0 ± 2.0 | 33.3 |" in table  # pixels: the probe's
     assert "| Linear probe | 53.3 ± 5.8 | — | 50.0 ± 0.0 | 64.0 ± 2.0 | 33.3 |" in table
@@ -103,6 +164,32 @@ def test_the_tables_open_with_the_verdict_and_read_every_fine_tuned_arm_against_
     # kNN: MPP and random weights agree on every seed (no interval); the linear probe's differ by +3.3, +3.3 and
     # +13.3; the pixels' kNN is 30 on every seed, so MPP's +20, +30, +40 against it has a spread
     assert "+0.0 on every seed: no difference, no interval" in table
+
+
+def test_with_the_papers_recipe_beside_both_arms_run_it_too_and_the_tables_read_what_regularising_changes(tmp_path):
+    paper = "paper_recipe=[augment.auto_augment=none,augment.mixup_alpha=0]"
+    cfg = build_config(ComparisonConfig, PRESET, [*IMAGES, f"output_dir={tmp_path}", "seeds=[3]", paper,
+                                                  "scratch=[train.epochs=200]"])
+    runs = {run.name: run for run in plan_runs(cfg, ROOT)}
+    assert {"finetune/mpp_paper-seed3", "finetune/scratch_paper-seed3"} < set(runs) and len(runs) == 12
+    for paper_arm, twin in (("mpp_paper", "mpp"), ("scratch_paper", "scratch")):
+        command, regularised = runs[f"finetune/{paper_arm}-seed3"].command, runs[f"finetune/{twin}-seed3"].command
+        # the twin's command with the paper's recipe after its own overrides (so it wins), in a folder of its own
+        init = next(part for part in regularised if part.startswith("init="))
+        assert command.index("augment.mixup_alpha=0") > command.index(init)
+        assert [part for part in command if not part.startswith(("augment.", "output_dir="))] == [
+            part for part in regularised if not part.startswith("output_dir=")]
+    results = example_results(mpp_paper=arm(0.62, 0.66, 0.64), scratch_paper=arm(0.5, 0.52, 0.54))
+    results["finetuning_steps"] |= {"mpp_paper": 250, "scratch_paper": 1000}
+    table = results_table(results)
+    assert ("| Protocol | MPP pre-trained (3,600 + 250 steps) | from scratch (1,000 steps) | MPP pre-trained, the "
+            "paper's recipe (3,600 + 250 steps) | from scratch, the paper's recipe (1,000 steps) |") in table
+    assert "| Fine-tuned | 65.0 ± 5.0 | 58.3 ± 2.9 | 64.0 ± 2.0 | 52.0 ± 2.0 | 51.7 ± 2.9 | 64.0 ± 2.0 | 33.3 |" in table
+    assert "| Linear probe | 53.3 ± 5.8 | — | — | — | 50.0 ± 0.0 | 64.0 ± 2.0 | 33.3 |" in table
+    for finding in ("MPP pre-trained, the paper's recipe - from scratch, the paper's recipe",
+                    "MPP pre-trained - MPP pre-trained, the paper's recipe",
+                    "from scratch - from scratch, the paper's recipe"):
+        assert f"| {finding} | " in table
 
 
 def test_a_difference_equal_on_every_seed_says_so_and_stays_out_of_holm():

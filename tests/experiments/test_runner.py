@@ -79,11 +79,19 @@ def comparison(output_dir: Path, *overrides: str) -> ComparisonConfig:
     return build_config(ComparisonConfig, PRESET, [f"output_dir={output_dir}", *overrides])
 
 
+def finished_run(output_dir: Path) -> None:
+    (output_dir / "pretrain" / "mpp-seed0").mkdir(parents=True)
+    (output_dir / "pretrain" / "mpp-seed0" / "metrics.json").write_text("{}")
+
+
 def test_an_experiment_continues_only_with_its_own_settings(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)  # the preset names its stage presets from the repository root
     output_dir = tmp_path / "experiment"
     cfg = comparison(output_dir)
-    claim_experiment(cfg)
+    claim_experiment(comparison(output_dir, "mpp=[train.epoch=3]"))  # a run failed on this mistyped key, ...
+    claim_experiment(cfg)  # ... and none finished: the corrected command takes the folder over
+    assert "train.epoch=3" not in (output_dir / PLAN_FILE).read_text()
+    finished_run(output_dir)
     claim_experiment(cfg)  # the same settings: continued
     claim_experiment(comparison(output_dir, "seeds=[0,1,2,3,4]", "parallel_runs=2"))  # more seeds: continued
     with pytest.raises(ConfigError, match="holds an experiment with other settings"):
@@ -106,6 +114,7 @@ def test_an_experiment_started_under_the_settings_files_earlier_name_continues_u
     monkeypatch.chdir(ROOT)
     output_dir = tmp_path / "experiment"
     claim_experiment(comparison(output_dir))
+    finished_run(output_dir)
     (output_dir / PLAN_FILE).rename(output_dir / EARLIER_PLAN_FILE)
     claim_experiment(comparison(output_dir))  # continued, not "not empty"
     with pytest.raises(ConfigError, match=rf"other settings \({output_dir / EARLIER_PLAN_FILE}\)"):
