@@ -230,12 +230,15 @@ def test_the_comparison_runs_end_to_end_on_folders_of_images_and_continues_witho
                f"labelled=hf:{tmp_path / 'labelled-prepared'}", f"output_dir={tmp_path / 'comparison'}",
                "seeds=[0,1]", "encoder=[model.img_size=16,model.patch_size=4,model.embed_dim=32,model.depth=2]",
                f"mpp=[{schedule},train.checkpoint_every=4,monitor.mosaic_every=0]", f"finetune=[{schedule}]",
-               "knn=[knn.k=5]"]
+               "scratch=[train.epochs=4]", "labelled_per_class=12", "knn=[knn.k=5]"]
     ended = run_here(*command, script=ROOT / "recipes" / "compare.py", check=False)
     assert ended.returncode == 0, ended.stderr[-3000:]
+    assert "progress: 20 of 20 runs done" in ended.stderr and "min left at this pace" in ended.stderr
     results = json.loads((tmp_path / "comparison" / "results.json").read_text())
-    assert results["runs"] == 18 and results["seeds"] == [0, 1]
-    for protocol, arms in (("finetune", {"mpp", "random"}), ("linear_probe", {"mpp", "random", "pixels"}),
+    assert results["runs"] == 20 and results["seeds"] == [0, 1]
+    assert results["finetuning_steps"] == {"mpp": 2, "scratch": 4, "random": 2}  # 24 images, batch 16: a step an epoch
+    assert results["version"]["package"] == mpp.__version__ and len(results["version"]["commit"]) >= 40
+    for protocol, arms in (("finetune", {"mpp", "scratch", "random"}), ("linear_probe", {"mpp", "random", "pixels"}),
                            ("knn", {"mpp", "random", "pixels"})):
         scores = results["protocols"][protocol]
         assert set(scores) == arms | {"floors"}
@@ -243,6 +246,11 @@ def test_the_comparison_runs_end_to_end_on_folders_of_images_and_continues_witho
                    for arm in arms)
         assert scores["floors"] == {"majority_class_accuracy": 0.5, "chance_balanced_accuracy": 0.5}  # 8 val each
     table = (tmp_path / "comparison" / "results.md").read_text()
-    assert "MPP pre-trained - random weights" in table and "18 runs, 2 at a time" in table
+    assert table.startswith("**What pre-training bought**") and "20 runs, 2 at a time" in table
+    assert "MPP pre-trained - from scratch" in table and "MPP pre-trained - random weights, as briefly" in table
+    # each seed drew its own 12 of the 16 labelled training images per class, the pixels' readings included
+    for seed in (0, 1):
+        config = (tmp_path / "comparison" / "linear_probe" / f"pixels-seed{seed}" / "config.yaml").read_text()
+        assert f"subset_seed: {seed}\n" in config and "shots_per_class: 12\n" in config
     again = run_here(*command, script=ROOT / "recipes" / "compare.py", check=False)
-    assert again.returncode == 0 and "18 runs, 18 already finished" in again.stderr
+    assert again.returncode == 0 and "20 runs, 20 already finished" in again.stderr
