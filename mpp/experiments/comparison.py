@@ -18,10 +18,10 @@ always answering the largest class of the test split (accuracy) and chance (bala
 from __future__ import annotations
 
 import subprocess
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Optional
 
-from mpp import __version__ as mpp_version
 from mpp.evaluation.statistics import describe_difference, paired_difference
 from mpp.experiments.checks import check_labelled_images, check_run_configs, warn_if_test_images_are_unlabelled_ones
 from mpp.experiments.config import ComparisonConfig
@@ -145,7 +145,7 @@ def provenance() -> dict[str, Optional[str]]:
         commit = git("rev-parse", "HEAD") or None
         if commit and git("status", "--porcelain", "--untracked-files=no"):
             commit += "+changes"
-    return {"package": mpp_version, "commit": commit}
+    return {"package": version("mpp"), "commit": commit}
 
 
 def arm_scores(results: dict[str, Any], protocol: str, arm: str) -> dict[str, list[float]]:

@@ -136,8 +136,10 @@ def evaluate(init: Optional[str | Path] = None, data: Optional[str | dict[str, A
 def compare(unlabelled: str, labelled: str, output_dir: Optional[str | Path] = None, *,
             config: Optional[str | Path] = None, **overrides: Any) -> dict[str, Any]:
     """What MPP pre-training buys on your images, over seeds, as ``recipes/compare.py`` measures it: per seed an MPP run
-    on ``unlabelled``, then that encoder, the same encoder at fresh random weights and the raw pixels read on
-    ``labelled`` by fine-tuning, a linear probe and kNN. The runs go to subprocesses; calling it again continues.
+    on ``unlabelled`` and a draw of ``labelled``; fine-tuned, that encoder against the same architecture trained from
+    scratch to its plateau with the same recipe (and at random weights as briefly), each at its own swept rate; frozen,
+    the encoder, its random weights and the raw pixels by a linear probe and kNN. Everything is checked before the
+    first run; the runs go to subprocesses; calling it again continues.
 
     Args:
         unlabelled: the images to pre-train on, as ``data.source`` (``"hf:/data/my-images-64px"``).
@@ -147,8 +149,9 @@ def compare(unlabelled: str, labelled: str, output_dir: Optional[str | Path] = N
         overrides: the comparison's keys: ``seeds=[0, 1, 2, 3, 4]``, ``mpp=["train.epochs=200"]``.
 
     Returns:
-        results.json's contents: ``protocols`` (each arm's accuracy and balanced accuracy per seed, the floors) and
-        ``table``, the tables results.md holds.
+        results.json's contents: ``protocols`` (each arm's accuracy and balanced accuracy per seed, the floors),
+        each fine-tuned arm's steps, the images skipped, the package's ``version`` and commit, and ``table``, the
+        verdict and tables results.md holds.
     """
     if not (CHECKOUT / "recipes/compare.py").is_file():
         raise ConfigError("mpp.compare runs the recipes of a checkout (recipes/, eval/) in subprocesses, and this "

@@ -83,6 +83,9 @@ def test_a_curve_read_at_a_few_lengths_continues_at_more_checkpoints_of_the_same
     mpp = build_config(MPPRunConfig, pretraining.command[3], pretraining.command[4:])
     assert (mpp.train.steps, mpp.train.keep_checkpoints) == (20, 5)  # 4 epochs of 5 steps, every epoch's checkpoint
     claim_experiment(cfg)
+    finished = Path(cfg.output_dir) / pretraining.name  # a run finished: its settings are the experiment's now
+    finished.mkdir(parents=True)
+    (finished / "metrics.json").write_text("{}")
     longer = tiny_config(tmp_path, epochs=[1, 2, 4], pretraining_epochs=4)
     claim_experiment(longer)  # more lengths of the same runs: continued
     assert plan_runs(longer, ROOT, 5)[0].command == pretraining.command
