@@ -161,8 +161,8 @@ def execute(runs: list[Run], output_dir: Path, parallel_runs: int,
 
 class Progress:
     """Says, as each run finishes, how many of the experiment's runs are done and about how long the rest will take:
-    each run left at the mean time its stage's runs took here (where none has finished yet, the mean of all that
-    have), ``parallel_runs`` at a time."""
+    each run left at the mean time its stage's runs took here, ``parallel_runs`` at a time; the stages none of whose
+    runs has finished yet are named, not guessed."""
 
     def __init__(self, waiting: list[Run], total: int, done_before: int, parallel_runs: int) -> None:
         self.total, self.done, self.parallel_runs = total, done_before, parallel_runs
@@ -178,10 +178,11 @@ class Progress:
         self.done += 1
         self.took.setdefault(run.stage, []).append(time.perf_counter() - self.began[run.name])
         del self.left[run.name]
-        every = [seconds for times in self.took.values() for seconds in times]
-        left = sum(statistics.fmean(self.took.get(stage) or every) for stage in self.left.values())
-        logger.info("progress: %d of %d runs done, %.1f min so far; about %.0f min left at this pace", self.done,
-                    self.total, (time.perf_counter() - self.start) / 60, left / self.parallel_runs / 60)
+        left = sum(statistics.fmean(self.took[stage]) for stage in self.left.values() if stage in self.took)
+        untimed = sorted({stage for stage in self.left.values() if stage not in self.took})
+        logger.info("progress: %d of %d runs done, %.1f min so far; about %.0f min left at this pace%s", self.done,
+                    self.total, (time.perf_counter() - self.start) / 60, left / self.parallel_runs / 60,
+                    f", and the {', '.join(untimed)} runs, none timed yet" if untimed else "")
 
 
 class ExperimentStopped(RunError):

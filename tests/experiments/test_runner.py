@@ -4,6 +4,7 @@ failure stopping only its dependents, SIGTERM passed on, and an experiment conti
 from __future__ import annotations
 
 import dataclasses
+import logging
 import signal
 import subprocess
 import sys
@@ -16,7 +17,9 @@ import yaml
 from mpp.config.building import build_config
 from mpp.errors import ConfigError
 from mpp.experiments.config import ComparisonConfig
-from mpp.experiments.runner import EARLIER_PLAN_FILE, PLAN_FILE, Run, RunFailed, claim_experiment, execute
+from mpp.experiments import runner
+from mpp.experiments.runner import (EARLIER_PLAN_FILE, PLAN_FILE, Progress, Run, RunFailed, claim_experiment,
+                                    execute)
 from tests.launching import ROOT
 
 PRESET = ROOT / "recipes" / "configs" / "compare_own_images_cpu.yaml"
@@ -120,3 +123,23 @@ def test_an_experiment_started_under_the_settings_files_earlier_name_continues_u
     with pytest.raises(ConfigError, match=rf"other settings \({output_dir / EARLIER_PLAN_FILE}\)"):
         claim_experiment(comparison(output_dir, "finetune=[train.steps=5]"))
     assert not (output_dir / PLAN_FILE).exists()
+
+
+def test_progress_counts_the_runs_done_and_times_the_rest_by_their_stages_runs(monkeypatch, caplog):
+    now = [0.0]
+    monkeypatch.setattr(runner.time, "perf_counter", lambda: now[0])
+    runs = [Run(name, stage, ("true",), None) for name, stage in
+            (("a", "pretrain"), ("b", "finetune"), ("c", "finetune"), ("d", "knn"))]
+    progress = Progress(runs, total=5, done_before=1, parallel_runs=1)  # a fifth run finished before
+    with caplog.at_level(logging.INFO, logger="mpp.experiments.runner"):
+        progress.started(runs[0])
+        now[0] = 600.0
+        progress.finished(runs[0])
+        progress.started(runs[1])
+        now[0] = 720.0
+        progress.finished(runs[1])
+    first, second = [record.getMessage() for record in caplog.records]
+    assert first == ("progress: 2 of 5 runs done, 10.0 min so far; about 0 min left at this pace, and the finetune, "
+                     "knn runs, none timed yet")
+    assert second == ("progress: 3 of 5 runs done, 12.0 min so far; about 2 min left at this pace, and the knn runs, "
+                      "none timed yet")  # c at b's 2 minutes
