@@ -22,6 +22,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Optional
 
+from mpp.errors import ConfigError
 from mpp.evaluation.statistics import describe_difference, paired_difference
 from mpp.experiments.checks import check_labelled_images, check_run_configs, warn_if_test_images_are_unlabelled_ones
 from mpp.experiments.config import ComparisonConfig
@@ -252,6 +253,10 @@ def check_before_running(cfg: ComparisonConfig, repository: Path) -> None:
     cfg.check_images()
     first = [run for run in plan_runs(cfg, repository) if run.name.endswith(f"-seed{cfg.seeds[0]}")]
     configs = check_run_configs(first, LISTS)
+    if cfg.tune_once and not configs[run_name("finetune", "mpp", cfg.seeds[0])].finetune.sweep_lrs:
+        raise ConfigError("tune_once=true trains every seed at the rate the first seed's sweep chose, and the "
+                          "fine-tuning has no sweep: give finetune=[...] a finetune.sweep_lrs=[...] (a list given on "
+                          "the command line replaces the preset's), or set tune_once=false")
     test = check_labelled_images(configs[run_name("finetune", "mpp", cfg.seeds[0])], cfg.labelled_per_class,
                                  "labelled_per_class")
     warn_if_test_images_are_unlabelled_ones(test, configs[run_name("pretrain", "mpp", cfg.seeds[0])])

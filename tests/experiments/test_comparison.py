@@ -73,7 +73,8 @@ def folders(tmp_path) -> dict[str, str]:
 def checked(tmp_path, folders, *overrides: str) -> None:
     cfg = build_config(ComparisonConfig, PRESET, [f"unlabelled=folder:{folders['images']}",
                                                   f"labelled=folder:{folders['train']}",
-                                                  f"output_dir={tmp_path / 'comparison'}", *overrides])
+                                                  f"output_dir={tmp_path / 'comparison'}", "labelled_per_class=0",
+                                                  *overrides])  # the preset's 100 per class: more than these have
     compare(cfg, ROOT)
 
 
@@ -88,6 +89,10 @@ def test_a_mistyped_key_or_labelled_images_that_cannot_serve_are_refused_before_
         checked(tmp_path, folders, test_split, "mpp=[train.epoch=3]")
     with pytest.raises(ConfigError, match=r"^finetune/scratch-seed0 cannot start: .*'train.step'"):
         checked(tmp_path, folders, test_split, "scratch=[train.step=3]")
+    with pytest.raises(ConfigError, match=r"^tune_once=true .* the fine-tuning has no sweep: give finetune=\[...\] a "
+                                          r"finetune.sweep_lrs=\[...\] \(a list given on the command line replaces "
+                                          r"the preset's\), or set tune_once=false"):
+        checked(tmp_path, folders, test_split, "finetune=[finetune.ema_decay=0.5]")
     with pytest.raises(DataError, match=r"labelled_per_class=10, but of the 12 labelled training images class 0 "
                                         r"\(circles\) has 6, class 1 \(leaves\) has 6: lower labelled_per_class to "
                                         "at most 6"):
@@ -231,7 +236,7 @@ def test_the_comparison_runs_end_to_end_on_folders_of_images_and_continues_witho
                f"labelled=hf:{tmp_path / 'labelled-prepared'}", f"output_dir={tmp_path / 'comparison'}",
                "seeds=[0,1]", "encoder=[model.img_size=16,model.patch_size=4,model.embed_dim=32,model.depth=2]",
                f"mpp=[{schedule},train.checkpoint_every=4,monitor.mosaic_every=0]", f"finetune=[{schedule}]",
-               "scratch=[train.epochs=4]", "labelled_per_class=12", "knn=[knn.k=5]"]
+               "scratch=[train.epochs=4]", "labelled_per_class=12", "knn=[knn.k=5]", "tune_once=false"]
     ended = run_here(*command, script=ROOT / "recipes" / "compare.py", check=False)
     assert ended.returncode == 0, ended.stderr[-3000:]
     assert "progress: 20 of 20 runs done" in ended.stderr and "min left at this pace" in ended.stderr
