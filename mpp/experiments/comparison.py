@@ -201,8 +201,8 @@ def verdict(results: dict[str, Any], measure: str = "balanced_accuracy") -> list
             said = "**is not shown to clear it**"
         lines.append(f"Fine-tuned {ARMS[arm] if arm == 'scratch' else 'from MPP'} against logistic regression on "
                      f"the raw pixels of the same labelled images (the floor an encoder must clear): "
-                     f"{describe_difference(against)}; the encoder {said}.")
-    return [" ".join(lines[:1]), "", *lines[1:], ""]
+                     f"{describe_difference(against, claimed=True)}; the encoder {said}.")
+    return [line for sentence in lines for line in (sentence, "")]
 
 
 def results_table(results: dict[str, Any]) -> str:
