@@ -102,11 +102,11 @@ def test_an_experiment_continues_only_with_its_own_settings(tmp_path, monkeypatc
     # A setting added to the package since the experiment started reads as its default there.
     plan = output_dir / PLAN_FILE
     settings = yaml.safe_load(plan.read_text())
-    del settings["tune_once"]
+    del settings["paper_recipe"]
     plan.write_text(yaml.safe_dump(settings))
     claim_experiment(cfg)
     with pytest.raises(ConfigError, match="holds an experiment with other settings"):
-        claim_experiment(comparison(output_dir, "tune_once=true"))
+        claim_experiment(comparison(output_dir, "paper_recipe=[augment.mixup_alpha=0]"))
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("not an experiment")
     with pytest.raises(ConfigError, match="is not empty"):
