@@ -184,8 +184,9 @@ def waiting_warnings(caplog) -> list[str]:
 
 def test_a_loop_waiting_for_data_says_so_once_early_with_the_fix(tmp_path, caplog, capsys):
     caplog.set_level(logging.INFO, logger="mpp")
-    # No log step before the last: judged after the first 20 steps after the first, before the log line.
-    metrics = train_timed(tmp_path / "late", load_seconds=0.02, step_seconds=0.0, log_every=100)
+    # No log step before the last: judged after the first 20 steps after the first, before the log line. Each batch
+    # loads for 50 ms, well beyond the loop's own time a step even on a loaded machine (20 ms was not, in a CI run).
+    metrics = train_timed(tmp_path / "late", load_seconds=0.05, step_seconds=0.0, log_every=100)
     warnings = waiting_warnings(caplog)
     assert len(warnings) == 1 and "over its first 20 steps" in warnings[0], warnings
     assert "load in more worker processes (data.num_workers, 0 now)" in warnings[0]
@@ -196,7 +197,7 @@ def test_a_loop_waiting_for_data_says_so_once_early_with_the_fix(tmp_path, caplo
     assert "data_wait=" in capsys.readouterr().err
     # A log step earlier: judged there, over the steps since the first.
     caplog.clear()
-    train_timed(tmp_path / "early", load_seconds=0.02, step_seconds=0.0, log_every=4)
+    train_timed(tmp_path / "early", load_seconds=0.05, step_seconds=0.0, log_every=4)
     warnings = waiting_warnings(caplog)
     assert len(warnings) == 1 and "over its first 3 steps" in warnings[0], warnings
 
