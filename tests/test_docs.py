@@ -330,17 +330,43 @@ def test_the_front_pages_results_are_those_the_experiments_wrote():
         "README.md's results table differs from results/*/results.json; it should read:\n" + front_page_results_table())
 
 
-def test_the_package_reports_the_version_pyproject_gives():
+def test_the_package_its_citation_and_an_exports_card_give_the_version_pyproject_gives():
     import tomllib
 
     import mpp
+    from mpp.models.model_card import PACKAGE_CITATION
 
     assert mpp.__version__ == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert f"\nversion: {mpp.__version__}\n" in (ROOT / "CITATION.cff").read_text()
+    assert f"  version = {{{mpp.__version__}}},\n" in PACKAGE_CITATION
 
 
 COMMIT = re.compile(r"(?<![\w#./-])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}(?![\w/-])")  # 7+ hex digits
 USER_PAGES = [page for page in PAGES if page.parent.name == "docs" and page.name != "measured.md"
               or page.name == "README.md"]
+
+
+def test_every_file_the_layout_table_names_is_in_the_folder_its_row_stands_in():
+    """A name without a folder in the table's first column is in its section's folder (a bold row), or beside the
+    first name of its cell that has one; so a file renamed or moved fails here, not only a path written out whole."""
+    section, missing, rows = ROOT, [], 0
+    for line in (ROOT / "docs" / "layout.md").read_text().splitlines():
+        if not line.startswith("| ") or line.startswith("| ---") or line.startswith("| Where"):
+            continue
+        rows += 1
+        first = line.split(" | ")[0]
+        names = re.findall(r"`([\w./-]+)`", first)
+        if first.startswith("| **"):
+            folder = ROOT / names[0]
+            section = folder if names[0].endswith("/") else ROOT
+            missing += [] if folder.exists() else [names[0]]
+            continue
+        folder = section
+        for name in names:
+            path = ROOT / name if "/" in name else folder / name
+            folder = path.parent
+            missing += [] if path.exists() else [str(path.relative_to(ROOT))]
+    assert rows > 40 and missing == [], f"docs/layout.md names files that are not there: {missing}"
 
 
 def test_no_user_page_names_a_commit():

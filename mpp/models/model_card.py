@@ -7,16 +7,17 @@ from typing import Any, Mapping
 
 from timm.models.vision_transformer import VisionTransformer
 
+from mpp import __version__
 from mpp.config.runs import MPPRunConfig, SupervisedRunConfig
 from mpp.config.training import TrainConfig
 
-PACKAGE_CITATION = """@software{mpp,
-  title = {mpp: masked patch prediction for Vision Transformers},
-  author = {{The mpp authors}},
-  year = {2026},
-  version = {0.2.0},
-  license = {MIT}
-}"""
+PACKAGE_CITATION = f"""@software{{mpp,
+  title = {{mpp: masked patch prediction for Vision Transformers}},
+  author = {{{{The mpp authors}}}},
+  year = {{2026}},
+  version = {{{__version__}}},
+  license = {{MIT}}
+}}"""
 PAPER_CITATION = """@inproceedings{dosovitskiy2021image,
   title = {An Image is Worth 16x16 Words: Transformers for Image Recognition at Scale},
   author = {Dosovitskiy, Alexey and Beyer, Lucas and Kolesnikov, Alexander and Weissenborn, Dirk and Zhai, Xiaohua

@@ -174,6 +174,7 @@ def test_fine_tuning_on_all_the_labels_fits_each_raw_pixel_baseline_once_per_see
 def test_every_shipped_experiment_plans_runs_its_recipes_accept(preset, monkeypatch):
     monkeypatch.chdir(ROOT)  # the presets name the stage presets from the repository root, as the README runs them
     runs = plan_runs(build_config(ReproductionConfig, preset), ROOT)
+    assert runs, f"{preset.name} plans no run"
     for run in runs:
         script = next(Path(arg) for arg in run.command if arg.endswith(".py"))
         arguments = run.command[run.command.index(str(script)) + 1:]
