@@ -179,7 +179,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("source", help="what data.source would say: folder:<dir>, hf:<name>, fashion-mnist, ...")
     parser.add_argument("out_dir", type=Path)
-    parser.add_argument("overrides", nargs="*", help="other data.* settings, key=value (e.g. eval_folder=<dir>)")
+    parser.add_argument("overrides", nargs="*",
+                        help="other data.* settings, key=value or data.key=value (e.g. eval_folder=<dir>)")
     parser.add_argument("--short-side", type=int, default=256, help="shorter side of the stored images (default 256)")
     parser.add_argument("--quality", type=int, default=90, help="JPEG quality of the stored images (default 90)")
     parser.add_argument("--shard-size", type=int, default=1000, help="images per parquet file (default 1000)")
@@ -188,7 +189,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     parser.add_argument("--splits", nargs="+", default=["train", "test"], help="train, test or both (default both)")
     args = parser.parse_args(argv)
     # --splits takes every word after it: overrides given after it (key=value) are overrides still.
-    overrides = [*args.overrides, *(word for word in args.splits if "=" in word)]
+    # The data readers' messages name their keys as a recipe takes them (data.eval_folder=<dir>): taken as given.
+    overrides = [word.removeprefix("data.")
+                 for word in (*args.overrides, *(word for word in args.splits if "=" in word))]
     args.splits = [word for word in args.splits if "=" not in word]
     if not args.splits or set(args.splits) - {"train", "test"}:
         parser.error(f"--splits takes train, test or both, not {' '.join(args.splits) or 'nothing'}")

@@ -3,10 +3,10 @@
 Each seed pre-trains one encoder on the unlabelled images and draws its own labelled images (``labelled_per_class``
 of each class, and the slice a rate sweep holds out), then reads the arms on them. Fine-tuned with one recipe, each arm
 at the rate its own sweep chose: the MPP encoder; the baseline, the same architecture from fresh random weights
-trained to its plateau (``scratch``, as the field trains a ViT from scratch: the preset's regularisers); and those
-weights trained only as long as MPP's fine-tuning, labelled so. Frozen (linear probe, kNN): the MPP encoder, its
-random weights and the raw pixels (no encoder). Every run is an ordinary run of a recipe with its own directory, so a
-stopped comparison continues where it stopped.
+trained for as many optimizer steps as MPP's pre-training and fine-tuning together (``scratch``, as the field trains
+a ViT from scratch: the preset's regularisers); and those weights trained only as long as MPP's fine-tuning, labelled
+so. Frozen (linear probe, kNN): the MPP encoder, its random weights and the raw pixels (no encoder). Every run is an
+ordinary run of a recipe with its own directory, so a stopped comparison continues where it stopped.
 
 results.md opens with the verdict: what pre-training bought against scratch, and whether each fine-tuned encoder
 clears logistic regression on the raw pixels, the floor an encoder must clear. Per protocol the tables then give each
@@ -43,7 +43,7 @@ PROTOCOLS = {"finetune": ("Fine-tuned", ("mpp", "scratch", "random")),
 PAPER_ARMS = {"mpp_paper": "mpp", "scratch_paper": "scratch"}  # each arm fine-tuned with the paper's recipe: its twin
 MEASURES = {"balanced_accuracy": "balanced accuracy", "accuracy": "accuracy"}
 FLOORS = {"balanced_accuracy": "chance_balanced_accuracy", "accuracy": "majority_class_accuracy"}
-# What each protocol's tables read: what pre-training bought (against scratch trained to its plateau, the baseline;
+# What each protocol's tables read: what pre-training bought (against scratch trained as long, the baseline;
 # against random weights trained as briefly as MPP's fine-tuning, labelled so), what an encoder adds to the pixels,
 # and, with the paper's recipe beside, the same for it and what the regularisers alone change.
 READ_AGAINST = {"finetune": (("mpp", "scratch"), ("mpp", "random"), ("mpp", "pixels"), ("scratch", "pixels")),
@@ -183,7 +183,7 @@ def comparisons(results: dict[str, Any], measure: str) -> list[Comparison]:
 
 
 def verdict(results: dict[str, Any], measure: str = "balanced_accuracy") -> list[str]:
-    """The sentences read first: what pre-training bought against scratch trained to its plateau, fine-tuned, and
+    """The sentences read first: what pre-training bought against scratch trained as long, fine-tuned, and
     whether each fine-tuned encoder clears the raw pixels' logistic regression, the floor an encoder must clear."""
     found = {(comparison.column, comparison.finding): comparison.difference
              for comparison in comparisons(results, measure)}

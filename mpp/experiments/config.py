@@ -71,7 +71,8 @@ class ComparisonConfig(ExperimentConfig):
     eval_preset: str = "recipes/configs/eval_own_images_cpu.yaml"  # the linear probe's and kNN's
     finetune: tuple[str, ...] = ()  # every fine-tuning (train.*, finetune.*, augment.*): the arms' one recipe
     # The baseline's length beside ``finetune`` (train.steps or train.epochs, their warm-up): a ViT from fresh random
-    # weights trained to its plateau, as the field would set it beside a pre-trained one
+    # weights trained as many optimizer steps as MPP's pre-training and fine-tuning together, as the field would set
+    # it beside a pre-trained one
     scratch: tuple[str, ...] = ()
     # Where set: the overrides that make ``finetune``'s recipe the paper's (its regularisers off); MPP and scratch are
     # then fine-tuned with it too, in the same tables, to show what the regularisers alone change

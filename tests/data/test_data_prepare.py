@@ -86,7 +86,7 @@ def test_a_folder_linked_into_itself_is_prepared_once_per_file(tmp_path):
     assert sum(shard["rows"] for shard in record["splits"]["train"]["shards"].values()) == 10  # 11 files, 1 broken
 
 
-def test_splits_and_overrides_parse_in_any_order(monkeypatch, capsys):
+def test_splits_and_overrides_parse_in_any_order_with_or_without_data_before_a_key(monkeypatch, capsys):
     import mpp.data.prepare as preparing
 
     asked = []
@@ -94,7 +94,9 @@ def test_splits_and_overrides_parse_in_any_order(monkeypatch, capsys):
         (settings.overrides, splits)) or {"splits": {}})
     preparing.main(["folder:/images", "/out", "--splits", "train", "test", "eval_folder=/held-out"])
     preparing.main(["folder:/images", "/out", "eval_folder=/held-out", "--splits", "test"])
-    assert asked == [(("eval_folder=/held-out",), ["train", "test"]), (("eval_folder=/held-out",), ["test"])]
+    preparing.main(["folder:/images", "/out", "data.eval_folder=/held-out"])  # as a missing test split's message says
+    assert asked == [(("eval_folder=/held-out",), ["train", "test"]), (("eval_folder=/held-out",), ["test"]),
+                     (("eval_folder=/held-out",), ["train", "test"])]
     with pytest.raises(SystemExit):
         preparing.main(["folder:/images", "/out", "--splits", "validation"])
     assert "--splits takes train, test or both, not validation" in capsys.readouterr().err
