@@ -36,6 +36,7 @@ from mpp.data.loading import build_dataset  # noqa: E402
 from mpp.models.classifier import ImageClassifier  # noqa: E402
 from mpp.models.encoder import create_encoder  # noqa: E402
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor  # noqa: E402
+from mpp.models.mixing import batch_mixing  # noqa: E402
 from mpp.run.session import Session  # noqa: E402
 from mpp.training.non_finite import NonFiniteGuard  # noqa: E402
 from mpp.training.optimizer import create_optimizer  # noqa: E402
@@ -67,23 +68,30 @@ class Counters:
         self.transfers[step] = counter("TransferFromDeviceTime")
 
 
-@pytest.mark.parametrize("objective", ["mpp", "classifier"])
+# The mixed classifier: mixup or cutmix drawn afresh each pass (a new weight, a new box) must not make a new graph.
+MIXING = ("augment.mixup_alpha=0.8", "augment.cutmix_alpha=1.0", "classifier.label_smoothing=0.1")
+
+
+@pytest.mark.parametrize("objective", ["mpp", "classifier", "mixed classifier"])
 def test_the_step_compiles_once_and_reads_nothing_from_the_device_between_log_steps(tmp_path, objective):
     config_class = MPPRunConfig if objective == "mpp" else SupervisedRunConfig
     cfg = build_config(config_class, overrides=[*ENCODER, "train.global_batch_size=8", "train.warmup_steps=2",
                                                 "train.log_every=4", "train.checkpoint_every=100", "train.steps=12",
-                                                f"output_dir={tmp_path / 'run'}"])
+                                                f"output_dir={tmp_path / 'run'}",
+                                                *(MIXING if objective == "mixed classifier" else ())])
     with Session(cfg, cfg.train, prefix=objective) as session:
         assert session.accelerator.device.type == "xla"
         encoder = create_encoder(cfg.model)
         dataset = build_dataset(cfg.data, "train", 16, 3, augment=True, seed=cfg.seed)
         model = (MaskedPatchPredictor(encoder, cfg.mpp, cfg.data.mean, cfg.data.std) if objective == "mpp" else
-                 ImageClassifier(encoder, dataset.num_classes, cfg.classifier, cfg.data.mean, cfg.data.std))
+                 ImageClassifier(encoder, dataset.num_classes, cfg.classifier, cfg.data.mean, cfg.data.std,
+                                 batch_mixing(cfg.augment, dataset.num_classes, cfg.classifier.label_smoothing)))
         trainer = Trainer(session, model, dataset, cfg)
         session.start()
         counters = Counters()
         metrics = trainer.fit([counters])
         session.finish(metrics)
+    assert (model.mixing is not None) == (objective == "mixed classifier")
     compilations, transfers = counters.compilations, counters.transfers
     print(f"{objective}: compilations after each step {compilations}; transfers {transfers}")
     # Warm-up: the first step (the optimizer's state is created), the first log step and the one after it. After
