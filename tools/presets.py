@@ -187,9 +187,9 @@ at.
 `python -m study.reproduce --config study/configs/reproduce_<preset>` runs a grid of the presets above over
 seeds ([Results](results.md)), and `python recipes/compare.py --config
 recipes/configs/compare_<preset>` compares MPP with scratch trained as long, random weights and raw pixels on your
-own images ([Your own images](own-images.md)); the wall time is that of the whole experiment on this project's 2-core machine,
-from its `results.json`. No load average was recorded; [Results](results.md) says, where it is known, whether an
-experiment had the machine alone or shared it.
+own images ([Your own images](own-images.md)); the wall time is that of the whole experiment on this project's 2-core
+machine, from its `results.json`. No load average was recorded; [Results](results.md) says, where it is known,
+whether an experiment had the machine alone or shared it.
 
 | Preset | What it is | Seeds | Wall time | What it measured |
 | --- | --- | ---: | ---: | --- |

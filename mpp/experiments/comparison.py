@@ -30,6 +30,7 @@ from mpp.experiments.publishing import (Comparison, comparison_table, copy_to_pu
                                         markdown_table, percent, publish_table)
 from mpp.experiments.runner import Run, at_first_seeds_rate, recipe_command, run_experiment
 from mpp.run.directory import read_metrics
+from mpp.training.classifier_training import grid_edge
 
 ARMS = {"mpp": "MPP pre-trained", "scratch": "from scratch", "mpp_paper": "MPP pre-trained, the paper's recipe",
         "scratch_paper": "from scratch, the paper's recipe", "random": "random weights, as briefly",
@@ -125,14 +126,18 @@ def collect_results(cfg: ComparisonConfig) -> dict[str, Any]:
             protocols[protocol]["floors"] = {key: scores[0][key] for key in FLOORS.values()}
     first = cfg.seeds[0]
     pretraining = read_metrics(output_dir / run_name("pretrain", "mpp", first))
-    steps = {arm: read_metrics(output_dir / run_name("finetune", arm, first))["step"]
+    tuned = {arm: read_metrics(output_dir / run_name("finetune", arm, first))
              for arm in arms_of("finetune", bool(cfg.paper_recipe))}
+    steps = {arm: metrics["step"] for arm, metrics in tuned.items()}
+    rates = {arm: {"chosen": metrics["chosen_lr"], "grid": sorted(float(rate) for rate in next(
+        value for key, value in metrics.items() if key.startswith("sweep_holdout_")))}
+             for arm, metrics in tuned.items() if metrics.get("chosen_lr")}
     skipped = {run: sum(read_metrics(output_dir / run_name(protocol, arm, seed)).get("skipped_images") or 0
                         for seed in cfg.seeds)
                for run, (protocol, arm) in {"pre-training": ("pretrain", "mpp"),
                                             "fine-tuning": ("finetune", "mpp")}.items()}
     return {"seeds": list(cfg.seeds), "protocols": protocols, "pretraining_steps": pretraining["step"],
-            "finetuning_steps": steps, "skipped_images": skipped, "version": provenance()}
+            "finetuning_steps": steps, "rates": rates, "skipped_images": skipped, "version": provenance()}
 
 
 def provenance() -> dict[str, Optional[str]]:
@@ -227,11 +232,29 @@ def results_table(results: dict[str, Any]) -> str:
                   *markdown_table(["Protocol", *(labels[arm] for arm in columns), floor], body)]
         found = comparisons(results, measure)
         lines += [*comparison_table("Difference", found, measure), *holm_summary(found)]
+    lines += rates_line(results)
     skipped = results.get("skipped_images") or {}
     if any(skipped.values()):
         lines += ["Images skipped as undecodable, over all seeds: " + ", ".join(
             f"{count} in {stage}" for stage, count in skipped.items()) + " (each run's log.txt names them).", ""]
     return "\n".join(lines)
+
+
+def rates_line(results: dict[str, Any]) -> list[str]:
+    """The rate each fine-tuned arm's sweep chose on the first seed, and where one is an end of its grid, that the
+    best rate may lie beyond it."""
+    rates = results.get("rates")
+    if not rates:
+        return []
+    said = []
+    for arm, rate in rates.items():
+        edge = grid_edge(rate["chosen"], rate["grid"])
+        said.append(f"{ARMS[arm]} {rate['chosen']:g}" + (
+            f" (**the grid's {edge}**: the best rate may lie {'above' if edge == 'highest' else 'below'} it; add one "
+            "to finetune.sweep_lrs)" if edge else ""))
+    grids = {tuple(rate["grid"]) for rate in rates.values()}
+    grid = f" of {', '.join(f'{value:g}' for value in grids.pop())}" if len(grids) == 1 else ""
+    return [f"Learning rates, each arm's sweep on seed {results['seeds'][0]}{grid}: " + "; ".join(said) + ".", ""]
 
 
 def publish(cfg: ComparisonConfig, results: dict[str, Any], folder: Path) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from mpp.models.mixing import batch_mixing
 from mpp.models.pretrained import fine_tuning_encoder, fine_tuning_model_config, input_normalisation, read_pretrained
 from mpp.recipes.run_result import RunResult
 from mpp.run.session import Session
-from mpp.training.classifier_training import (chosen_learning_rate, sweep_learning_rates, sweep_split,
+from mpp.training.classifier_training import (chosen_learning_rate, grid_edge, sweep_learning_rates, sweep_split,
                                                train_classifier)
 from mpp.training.trainer import Trainer
 
@@ -91,6 +91,11 @@ def fine_tune(cfg: FinetuneRunConfig) -> RunResult:
                         cfg.finetune.sweep_score.replace("_", " "),
                         ", ".join(f"lr {rate:g}: {score:.4f}" for rate, score in sweep.items()),
                         trainer.train_config.lr, len(train_set))
+            edge = grid_edge(trainer.train_config.lr, cfg.finetune.sweep_lrs)
+            if edge:
+                logger.warning("sweep: lr %g is the %s rate of finetune.sweep_lrs, so the best rate may lie beyond it; "
+                               "add a rate %s it and run again", trainer.train_config.lr, edge,
+                               "above" if edge == "highest" else "below")
         metrics = train_classifier(trainer, test_set, "test")
         metrics.update(init=cfg.init or None, chosen_lr=max(sweep, key=sweep.get) if sweep else None,
                        **{f"sweep_holdout_{cfg.finetune.sweep_score}": {f"{rate:g}": score for rate, score in

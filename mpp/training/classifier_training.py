@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from accelerate import Accelerator
@@ -85,6 +85,13 @@ def chosen_learning_rate(run_dir: Path) -> float:
         raise ConfigError(f"finetune.lr_from={run_dir}: no fine-tuning run there has finished a learning-rate sweep "
                           "(its metrics.json with chosen_lr); run that one first, with finetune.sweep_lrs")
     return float(metrics["chosen_lr"])
+
+
+def grid_edge(rate: float, rates: Sequence[float]) -> Optional[str]:
+    """"highest" or "lowest" where a sweep chose the end of its grid (the best rate may lie beyond it), else None."""
+    if len(rates) < 2 or min(rates) < rate < max(rates):
+        return None
+    return "highest" if rate == max(rates) else "lowest"
 
 
 def sweep_split(config: FinetuneRunConfig, train_set: Dataset, eval_view: ImageView, global_batch_size: int

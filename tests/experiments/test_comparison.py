@@ -171,6 +171,23 @@ def test_the_tables_open_with_the_verdict_and_read_every_fine_tuned_arm_against_
     assert "+0.0 on every seed: no difference, no interval" in table
 
 
+def test_the_tables_name_each_arms_rate_and_one_chosen_at_an_end_of_its_grid():
+    results = example_results()
+    results["rates"] = {"mpp": {"chosen": 0.1, "grid": [0.03, 0.1, 0.3]},
+                        "scratch": {"chosen": 0.3, "grid": [0.03, 0.1, 0.3]}}
+    table = results_table(results)
+    assert ("Learning rates, each arm's sweep on seed 0 of 0.03, 0.1, 0.3: MPP pre-trained 0.1; from scratch 0.3 "
+            "(**the grid's highest**: the best rate may lie above it; add one to finetune.sweep_lrs).") in table
+    assert "Learning rates" not in results_table(example_results())  # a comparison without a sweep says nothing
+
+
+def test_a_rate_at_either_end_of_its_grid_is_named_and_one_inside_it_or_alone_is_not():
+    from mpp.training.classifier_training import grid_edge
+
+    assert [grid_edge(rate, [0.3, 0.03, 0.1]) for rate in (0.03, 0.1, 0.3)] == ["lowest", None, "highest"]
+    assert grid_edge(0.1, [0.1]) is None
+
+
 def test_with_the_papers_recipe_beside_both_arms_run_it_too_and_the_tables_read_what_regularising_changes(tmp_path):
     paper = "paper_recipe=[augment.auto_augment=none,augment.mixup_alpha=0]"
     cfg = build_config(ComparisonConfig, PRESET, [*IMAGES, f"output_dir={tmp_path}", "seeds=[3]", paper,
