@@ -369,6 +369,24 @@ def test_every_file_the_layout_table_names_is_in_the_folder_its_row_stands_in():
     assert rows > 40 and missing == [], f"docs/layout.md names files that are not there: {missing}"
 
 
+PRESET_NAME = re.compile(r"\b(?:mpp|finetune|supervised|eval|compare|reproduce|confirm|curve)_[a-z0-9_]+?"
+                         r"(?:\.yaml\b|_(?:cpu|gpu|paper)\b)")
+
+
+def test_every_preset_named_in_the_code_and_the_pages_exists():
+    """Presets live in mpp/presets/ (the package's) and study/configs/ (the study's); the changelog may name a preset
+    of an earlier version."""
+    presets = {path.stem for folder in (ROOT / "mpp" / "presets", ROOT / "study" / "configs")
+               for path in folder.glob("*.yaml")}
+    files = [*(page for page in PAGES if page.name != "CHANGELOG.md"),
+             *(path for folder in ("mpp", "recipes", "eval", "study", "tools", ".ci") for path in
+               (ROOT / folder).rglob("*") if path.suffix in {".py", ".yaml", ".sbatch", ".md", ""} and path.is_file())]
+    named = {(path.relative_to(ROOT).as_posix(), name.removesuffix(".yaml"))
+             for path in files for name in PRESET_NAME.findall(path.read_text(errors="replace"))}
+    assert len({name for _, name in named}) > 20
+    assert sorted((where, name) for where, name in named if name not in presets) == []
+
+
 def test_no_user_page_names_a_commit():
     """What was measured at which commit is history, kept in docs/measured.md (and CHANGELOG.md); a user page reads
     it as a fact about their own copy."""

@@ -86,7 +86,7 @@ def pretrain(data: Optional[str | dict[str, Any]] = None, output_dir: Optional[s
             (``{"source": ..., "eval_folder": ...}``); None: the preset's.
         output_dir: the run directory; None: ``runs/<method>-<date>-<time>``.
         method: MPP, or supervised pre-training on the labels.
-        config: a preset, as a YAML file or the name of one in the checkout's presets (``"mpp_own_images_gpu"``);
+        config: a preset, as a YAML file or the name of one in the checkout's presets (``"mpp_own_images_cpu"``);
             None: the script's default, the tiny CPU preset.
         resume: True continues the run in ``output_dir`` (``--resume``); a path continues from that checkpoint.
         overrides: the command line's keys: ``seed=1``, ``train={"steps": 500}``, ``**{"model.depth": 6}``; None
