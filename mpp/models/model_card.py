@@ -3,11 +3,11 @@ encoder, what it was trained on and how, the run's figures, how to load it, the 
 
 from __future__ import annotations
 
+from importlib.metadata import version
 from typing import Any, Mapping
 
 from timm.models.vision_transformer import VisionTransformer
 
-from mpp import __version__
 from mpp.config.runs import MPPRunConfig, SupervisedRunConfig
 from mpp.config.training import TrainConfig
 
@@ -15,7 +15,7 @@ PACKAGE_CITATION = f"""@software{{mpp,
   title = {{mpp: masked patch prediction for Vision Transformers}},
   author = {{{{The mpp authors}}}},
   year = {{2026}},
-  version = {{{__version__}}},
+  version = {{{version("mpp")}}},
   license = {{MIT}}
 }}"""
 PAPER_CITATION = """@inproceedings{dosovitskiy2021image,
