@@ -100,7 +100,8 @@ def warn_if_test_images_are_unlabelled_ones(test: ImageDataset, pretraining: MPP
     seen = set(fingerprints(unlabelled)) - {b""}
     shared = sum(fingerprint in seen for fingerprint in fingerprints(test))
     if shared:
-        logger.warning("%d of the %d test images are also among the %d unlabelled images (by content, at any size): "
-                       "MPP pre-trains on them, so its figures measure memory as much as what it learnt; take them "
-                       "out of one of the two", shared, len(test), len(unlabelled))
+        verb, pronoun = ("is", "it") if shared == 1 else ("are", "them")
+        logger.warning("%d of the %d test images %s also among the %d unlabelled images (by content, at any size): "
+                       "MPP pre-trains on %s, so its figures measure memory as much as what it learnt; take %s out "
+                       "of one of the two", shared, len(test), verb, len(unlabelled), pronoun, pronoun)
     return shared
