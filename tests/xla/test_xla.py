@@ -91,7 +91,8 @@ def test_the_step_compiles_once_and_reads_nothing_from_the_device_between_log_st
         counters = Counters()
         metrics = trainer.fit([counters])
         session.finish(metrics)
-    assert (model.mixing is not None) == (objective == "mixed classifier")
+    if objective != "mpp":
+        assert (model.mixing is not None) == (objective == "mixed classifier")
     compilations, transfers = counters.compilations, counters.transfers
     print(f"{objective}: compilations after each step {compilations}; transfers {transfers}")
     # Warm-up: the first step (the optimizer's state is created), the first log step and the one after it. After
