@@ -1,24 +1,18 @@
-"""kNN accuracy of a frozen encoder: each test image takes the class with the most weight among its k nearest
-training images by cosine similarity of their features, each neighbour voting exp(similarity / temperature).
+"""``python -m mpp knn`` as a script (mpp/commands.py says what it does; ``--help`` says it here too):
 
-    accelerate launch eval/knn.py [--config recipes/configs/<preset>.yaml] [init=<run dir>] [key=value ...]
-
-No init: a randomly initialised encoder, the baseline.
+    accelerate launch eval/knn.py [--config <preset name or file>] [key=value ...]
 """
 
 from __future__ import annotations
 
+import sys
 
-from mpp.command_line import run_recipe
-from mpp.config.runs import KnnRunConfig
-from mpp.presets import default_preset
-
-DEFAULT_PRESET = default_preset("eval")
+from mpp.command_line import run_command
 
 
 def cli() -> None:
     """The command line; what each process runs under `accelerate launch --tpu --main_training_function cli`."""
-    run_recipe("mpp.recipes.knn_run:evaluate_knn", KnnRunConfig, DEFAULT_PRESET, description=__doc__)
+    run_command("knn", [sys.argv[0]], sys.argv[1:])
 
 
 if __name__ == "__main__":

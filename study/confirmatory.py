@@ -34,7 +34,6 @@ from study.curve import last_fifths_training_accuracy
 from study.results_page import PublishedExperimentConfig, check_section, write_section
 
 logger = logging.getLogger("study.confirmatory")  # not __main__ when run with -m
-REPOSITORY = Path(__file__).resolve().parents[1]  # whose recipes the runs launch
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "confirm_openclipart_cpu.yaml"
 PRETRAIN = "pretrain/mpp"
 
@@ -60,7 +59,7 @@ class ConfirmatoryConfig(PublishedExperimentConfig):
 
     output_dir: str = "runs/confirm"
     registration: str = ""  # the text that fixed every setting below before any test seed ran
-    finetune_preset: str = "recipes/configs/finetune_openclipart_cpu.yaml"
+    finetune_preset: str = "finetune_openclipart_cpu"
     finetune: tuple[str, ...] = ()  # every arm's fine-tuning, before the arm's own overrides
     arms: tuple[Arm, ...] = ()
     better: str = ""  # the arm the claim says is better (its name), and the one it says is worse
@@ -123,7 +122,7 @@ def plan_runs(cfg: ConfirmatoryConfig, seeds: list[int], rates: dict[str, float]
     runs = []
     for seed in seeds:
         pretrain = run_name(PRETRAIN, seed)
-        runs.append(Run(pretrain, "pretrain", recipe_command(cfg, REPOSITORY, "mpp", cfg.mpp_preset,
+        runs.append(Run(pretrain, "pretrain", recipe_command(cfg, "pretrain", cfg.mpp_preset,
                                                              (*pretraining_overrides(cfg), *steps), seed,
                                                              output_dir / pretrain), None))
         for arm in cfg.arms:
@@ -134,7 +133,7 @@ def plan_runs(cfg: ConfirmatoryConfig, seeds: list[int], rates: dict[str, float]
                 waits = (run_name(arm.name, cfg.tuning_seed),)
                 tuned = ("finetune.sweep_lrs=[]", f"finetune.lr_from={output_dir / waits[0]}")
             init = (f"init={output_dir / pretrain}",) if arm.pretrained else ()
-            command = recipe_command(cfg, REPOSITORY, "finetune", cfg.finetune_preset,
+            command = recipe_command(cfg, "finetune", cfg.finetune_preset,
                                      (*arm_overrides(cfg, arm, seed), *init, *tuned, *steps), seed, output_dir / name)
             runs.append(Run(name, "finetune", command, pretrain if arm.pretrained else None, also_after=waits))
     return runs

@@ -73,7 +73,7 @@ def lengths(cfg: PretrainingCurveConfig) -> list[int]:
     return [0, *cfg.epochs]
 
 
-def plan_runs(cfg: PretrainingCurveConfig, repository: Path, epoch_steps: int) -> list[Run]:
+def plan_runs(cfg: PretrainingCurveConfig, epoch_steps: int) -> list[Run]:
     """The raw-pixel references (once), every seed's pre-training run, then per seed a linear probe and a few-shot run
     of the encoder at each length: the pre-training runs, the longest, start first and side by side. Every
     evaluation of one encoder shares a feature cache."""
@@ -90,11 +90,11 @@ def plan_runs(cfg: PretrainingCurveConfig, repository: Path, epoch_steps: int) -
     def evaluation(script: str, name: str, seed: int, after: str | None, *extra: str) -> Run:
         stage, overrides = evaluations[script]
         folder = f"{stage}/{name}-seed{seed}"
-        command = recipe_command(cfg, repository, script, cfg.eval_preset, (*cfg.data, *cfg.encoder, *overrides,
+        command = recipe_command(cfg, script, cfg.eval_preset, (*cfg.data, *cfg.encoder, *overrides,
                                  cache, *extra), seed, output_dir / folder)
         return Run(folder, stage, command, after)
 
-    runs = [Run(f"pretrain/mpp-seed{seed}", "pretrain", recipe_command(cfg, repository, "mpp", cfg.mpp_preset,
+    runs = [Run(f"pretrain/mpp-seed{seed}", "pretrain", recipe_command(cfg, "pretrain", cfg.mpp_preset,
                 pretraining, seed, output_dir / f"pretrain/mpp-seed{seed}"), None) for seed in cfg.seeds]
     runs += [evaluation(script, PIXELS, cfg.seeds[0], None, "eval.features=pixels") for script in evaluations]
     for seed in cfg.seeds:
@@ -105,10 +105,10 @@ def plan_runs(cfg: PretrainingCurveConfig, repository: Path, epoch_steps: int) -
             for script in evaluations:
                 runs.append(evaluation(script, f"epoch{epochs}", seed, source if epochs else None,
                                        f"eval.features={cfg.features}", *init))
-    return runs[:len(cfg.seeds)] + finetuning_runs(cfg, repository, epoch_steps) + runs[len(cfg.seeds):]
+    return runs[:len(cfg.seeds)] + finetuning_runs(cfg, epoch_steps) + runs[len(cfg.seeds):]
 
 
-def finetuning_runs(cfg: PretrainingCurveConfig, repository: Path, epoch_steps: int) -> list[Run]:
+def finetuning_runs(cfg: PretrainingCurveConfig, epoch_steps: int) -> list[Run]:
     """Where ``finetune_preset`` is set: per seed and length, the encoder at that length's checkpoint fine-tuned,
     and a ViT from scratch trained by the same preset for as many steps as the pre-training to that length and the
     fine-tuning together. The runs from scratch need no pre-training: the longest start beside it. With
@@ -123,7 +123,7 @@ def finetuning_runs(cfg: PretrainingCurveConfig, repository: Path, epoch_steps: 
         grids = swept_grids(cfg, base, sweep_grid(cfg, start))
         tuned, waits = at_first_seeds_rate(cfg, widened_run_name(base, cfg.seeds[0], len(grids) - 1), seed)
         name = widened_run_name(base, seed, len(grids) - 1)
-        command = recipe_command(cfg, repository, "finetune", cfg.finetune_preset,
+        command = recipe_command(cfg, "finetune", cfg.finetune_preset,
                                  (*cfg.data, *cfg.encoder, *cfg.finetune, f"data.subset_seed={seed}", *extra, *tuned,
                                   *widened_sweep(grids, tuned)), seed, output_dir / name)
         return Run(name, start, command, after, also_after=waits)
@@ -303,19 +303,19 @@ def publish(cfg: PretrainingCurveConfig, results: dict[str, Any], folder: Path) 
     return {**results, "table": table, "plot": str(plot)}
 
 
-def pretraining_curve(cfg: PretrainingCurveConfig, repository: Path) -> dict[str, Any]:
-    """Every run not yet finished (the recipes of ``repository``), then the table and the plot."""
+def pretraining_curve(cfg: PretrainingCurveConfig) -> dict[str, Any]:
+    """Every run not yet finished, then the table and the plot."""
     check_section(cfg)  # before anything runs
     # Builds the dataset: only when runs are planned.
     epoch_steps = functools.cache(lambda: pretraining_steps_per_epoch(cfg))
-    return run_experiment(cfg, lambda: plan_runs(cfg, repository, epoch_steps()),
+    return run_experiment(cfg, lambda: plan_runs(cfg, epoch_steps()),
                           lambda: collect_results(cfg, epoch_steps()) | {"steps_per_epoch": epoch_steps()},
                           lambda results, folder: publish(cfg, results, folder))
 
 
 def main(cfg: PretrainingCurveConfig) -> None:
     configure_logging()
-    pretraining_curve(cfg, Path(__file__).resolve().parents[1])  # the checkout whose recipes it runs
+    pretraining_curve(cfg)
 
 
 def cli() -> None:

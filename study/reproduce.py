@@ -25,7 +25,7 @@ def main(cfg: ReproductionConfig) -> None:
     from study.reproduction import reproduce  # with torch, once the config is valid
 
     configure_logging()
-    reproduce(cfg, Path(__file__).resolve().parents[1])  # the checkout whose recipes it runs
+    reproduce(cfg)
 
 
 def cli() -> None:

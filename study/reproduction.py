@@ -31,7 +31,7 @@ from mpp.config.building import build_config, config_to_dict
 from mpp.config.runs import FinetuneRunConfig
 from mpp.errors import ConfigError, RunError
 from mpp.experiments.publishing import copy_to_publish_dir, publish_table
-from mpp.experiments.runner import EVALUATIONS, Run, at_first_seeds_rate, recipe_command, run_experiment
+from mpp.experiments.runner import Run, at_first_seeds_rate, recipe_command, run_experiment
 from mpp.run.directory import CONFIG_FILE, logged_scalars, read_metrics
 from study.class_balance import class_balance
 from study.learning_rate_widening import finished_widenings, swept_grids, widened_run_name, widened_sweep
@@ -98,21 +98,21 @@ def row_grids(cfg: ReproductionConfig, row: ReproductionRow) -> list[tuple[float
     return swept_grids(cfg, f"finetune/{row.name}", finetuning_config(cfg, row).finetune.sweep_lrs)
 
 
-def plan_runs(cfg: ReproductionConfig, repository: Path) -> list[Run]:
-    """Every run of the experiment, each after the run it starts from; each runs a script of ``repository``. Beside
+def plan_runs(cfg: ReproductionConfig) -> list[Run]:
+    """Every run of the experiment, each after the run it starts from; each a command of ``python -m mpp``. Beside
     the rows: few-shot regression on raw pixels, and logistic regression and kNN on raw pixels fitted to the same
     labelled images as fine-tuning (each seed's) and, once, to every training image. These baselines come first, then
     pre-training: the longest of them (logistic regression on every image) then runs beside pre-training, not alone at
     the end."""
     output_dir = Path(cfg.output_dir)
     presets = {"mpp": cfg.mpp_preset, "supervised": cfg.supervised_preset, "finetune": cfg.finetune_preset,
-               **dict.fromkeys(EVALUATIONS, cfg.eval_preset)}
+               **dict.fromkeys(("few_shot", "linear_probe", "knn"), cfg.eval_preset)}
     overrides = {"mpp": (*cfg.pretraining, *cfg.mpp), "supervised": cfg.pretraining, "finetune": cfg.finetune,
                  "few_shot": cfg.few_shot, "linear_probe": cfg.linear_probe, "knn": cfg.knn}
 
-    def command(script: str, name: str, seed: int, *extra: str) -> tuple[str, ...]:
-        return recipe_command(cfg, repository, script, presets[script], (*cfg.data, *cfg.encoder, *overrides[script],
-                                                                         *extra), seed, output_dir / name)
+    def command(stage: str, name: str, seed: int, *extra: str) -> tuple[str, ...]:
+        return recipe_command(cfg, "pretrain" if stage == "mpp" else stage, presets[stage],
+                              (*cfg.data, *cfg.encoder, *overrides[stage], *extra), seed, output_dir / name)
 
     pretraining, evaluation, baselines = [], [], []
     grids = {row.name: row_grids(cfg, row) for row in cfg.rows}
@@ -285,14 +285,14 @@ def publish(cfg: ReproductionConfig, results: dict[str, Any], folder: Path) -> d
     return {**results, "table": table, "plots": [str(path) for path in plots]}
 
 
-def reproduce(cfg: ReproductionConfig, repository: Path) -> dict[str, Any]:
-    """The whole experiment: every run not yet finished (the recipes of ``repository``), then the tables and the
+def reproduce(cfg: ReproductionConfig) -> dict[str, Any]:
+    """The whole experiment: every run not yet finished, then the tables and the
     plots; a row left at chance fails it once they are written. A validation split too small is refused before
     anything runs, as is a results page without the experiment's section."""
     check_section(cfg)
     if not cfg.tables_only:  # which writes the tables of runs made, and runs nothing
         check_validation_split(cfg)
-    results = run_experiment(cfg, lambda: plan_runs(cfg, repository), lambda: collect_results(cfg),
+    results = run_experiment(cfg, lambda: plan_runs(cfg), lambda: collect_results(cfg),
                              lambda results, folder: publish(cfg, results, folder))
     broken = rows_at_chance(results, cfg.chance_margin)
     if broken:

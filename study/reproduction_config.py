@@ -57,8 +57,8 @@ class ReproductionConfig(PublishedExperimentConfig):
     every row once per seed."""
 
     output_dir: str = "runs/reproduce"  # one folder per run inside, then results.md, results.json and the plots
-    supervised_preset: str = "recipes/configs/supervised_fashion_mnist_cpu.yaml"  # supervised pre-training's
-    finetune_preset: str = "recipes/configs/finetune_fashion_mnist_cpu.yaml"  # fine-tuning's
+    supervised_preset: str = "supervised_fashion_mnist_cpu"  # supervised pre-training's
+    finetune_preset: str = "finetune_fashion_mnist_cpu"  # fine-tuning's
     pretraining: tuple[str, ...] = ()  # the MPP and supervised runs (train.*, data.*, monitor.*), before ``mpp``
     finetune: tuple[str, ...] = ()  # every row's fine-tuning (with finetune.sweep_lrs: each row's rate from one grid)
     # The from-scratch rows' fine-tuning, after ``finetune``: a randomly initialised ViT needs many more steps than a

@@ -13,16 +13,18 @@ PACKAGE = Path(__file__).parents[1] / "mpp"
 # A module may import modules of its own unit (a sub-package, or the module itself) and of earlier layers; never a
 # later layer, never another unit of its own layer.
 LAYERS = (
-    ("mpp.errors",),  # the errors every layer raises
-    ("mpp.config", "mpp.keyed_random", "mpp.metrics", "mpp.presets", "mpp.private_apis", "mpp.raw_images"),
+    ("mpp.commands", "mpp.errors", "mpp.presets"),  # what every layer reads: the table of commands (each one's
+    # function, config and presets, by name), the errors every layer raises, the presets' files
+    ("mpp.config", "mpp.keyed_random", "mpp.metrics", "mpp.private_apis", "mpp.raw_images"),
     # typed configs, their loading from YAML and overrides and their --help; per-image random draws; accuracy per
-    # class; the presets and which entry point reads which; the libraries' private APIs; raw images, uint8 or float
+    # class; the libraries' private APIs; raw images, uint8 or float
     ("mpp.run",),  # what every run has: its accelerator, its directory, its start and end
     ("mpp.data", "mpp.models"),  # images in; the ViT and its objectives
     ("mpp.training", "mpp.evaluation"),  # the training loop; frozen-encoder protocols and pictures
     ("mpp.command_line", "mpp.experiments"),  # what entry points share; experiments over the recipes (subprocesses)
     ("mpp.recipes",),  # each recipe's run, and the recipes and comparisons called from Python
     ("mpp.benchmark",),  # tools beside the library: nothing imports them
+    ("mpp.__main__",),  # python -m mpp <command>
 )
 
 

@@ -114,7 +114,7 @@ def test_missing_preset_file_is_named(tmp_path):
 
 def test_a_directory_given_as_the_preset_is_called_a_directory(tmp_path):
     with pytest.raises(ConfigError, match=rf"config file {tmp_path} is a directory; give one YAML file, e.g. --config "
-                                          r"recipes/configs/mpp_tiny_cpu.yaml"):
+                                          r"mpp_tiny_cpu"):
         build_config(MPPRunConfig, tmp_path)
     (tmp_path / "mine.yaml").write_text("seed: 1\n")
     with pytest.raises(ConfigError, match=rf"is a directory; give one YAML file, e.g. --config {tmp_path}/mine.yaml"):

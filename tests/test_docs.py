@@ -26,10 +26,12 @@ import sys
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
+from mpp import command_line
+from mpp.commands import COMMANDS as command_table
 from mpp.config.building import config_keys, parse_command_line
 from mpp.errors import ConfigError
 from mpp.experiments.publishing import percent
@@ -122,6 +124,8 @@ def parse_segment(tokens: list[str]) -> tuple[tuple[str, str], tuple[str, ...]] 
     if program.startswith("python") or program in {"accelerate", "torchrun", "sbatch"}:
         module_style = "--module" in tokens  # accelerate launch --module recipes.mpp
         for index, token in enumerate(tokens[1:], start=1):
+            if token in ("-m", "--module") and tokens[index + 1:index + 2] == ["mpp"]:  # accelerate launch -m mpp
+                return ("module", "mpp"), tuple(tokens[index + 2:])
             if token.endswith(".py") or (module_style and re.fullmatch(r"(recipes|eval)\.\w+", token)):
                 script = token if token.endswith(".py") else token.replace(".", "/") + ".py"
                 return ("script", script), tuple(tokens[index + 1:])
@@ -148,15 +152,17 @@ def key_annotations(config_class: type, prefix: str = "") -> dict[str, Any]:
     return found
 
 
-def check_recipe(module: Any, arguments: tuple[str, ...]) -> None:
-    """A recipe's (a script's or module's) own ``cli`` parses ``arguments`` into its config; ``run_recipe`` is replaced
-    so nothing runs."""
+def check_recipe(cli: Callable[[], None], arguments: tuple[str, ...], monkeypatch: pytest.MonkeyPatch,
+                 module: Any = None) -> None:
+    """A command line (a script's or a study module's ``cli``, or a command of ``python -m mpp``) parses
+    ``arguments`` into its config; ``run_recipe`` is replaced so nothing runs."""
     arguments = list(arguments)
     if "--config" in arguments:
         at = arguments.index("--config")
         if PLACEHOLDER in arguments[at + 1]:  # a preset the reader chooses: the recipe's default stands in
             del arguments[at:at + 2]
-    def parse_only(main, config_class, default_preset, description):
+
+    def parse_only(main, config_class, default_preset, description, *unused, **unused_too):
         # A text value the reader fills in (data.source=folder:<images>, init=<run dir>) is parsed with a stand-in,
         # so that a preset that needs it is checked with it; any other filled-in argument only by its key.
         text_keys = {key for key, annotation in key_annotations(config_class).items() if annotation is str}
@@ -169,15 +175,17 @@ def check_recipe(module: Any, arguments: tuple[str, ...]) -> None:
                 checked.append(f"{key}={value.replace(PLACEHOLDER, 'filled-in')}")
             else:
                 filled_in.append(argument)
-        parse_command_line(config_class, checked, default_preset, description=description)
+        parse_command_line(config_class, checked, str(default_preset), description=description)
         keys = config_keys(config_class)
         for argument in filled_in:  # <overrides>, <key>=<value>, init=<run dir>
             key = argument.partition("=")[0]
             assert key in keys or key.startswith(PLACEHOLDER), f"{argument}: not a key of {keys}"
 
-    module.run_recipe = parse_only
+    monkeypatch.setattr(command_line, "run_recipe", parse_only)
+    if module is not None and hasattr(module, "run_recipe"):  # a study's module, which imported it by name
+        monkeypatch.setattr(module, "run_recipe", parse_only)
     try:
-        module.cli()
+        cli()
     except SystemExit as stop:  # --help
         assert stop.code in (0, None), f"the command line was refused (exit {stop.code})"
 
@@ -188,9 +196,15 @@ def check_module(name: str, arguments: tuple[str, ...], monkeypatch: pytest.Monk
     assert importlib.util.find_spec(name) is not None, f"no module {name}"
     if not arguments:  # the module named in the text, not a command line to run
         return
+    if name == "mpp":  # python -m mpp <command> ...: a command of the table
+        if PLACEHOLDER not in arguments[0]:
+            assert arguments[0] in command_table, f"{arguments[0]} is not a command of mpp/commands.py"
+            check_recipe(lambda: command_line.run_command(arguments[0], ["-m", "mpp", arguments[0]], []),
+                         arguments[1:], monkeypatch)
+        return
     module = importlib.import_module(name)
     if hasattr(module, "run_recipe"):  # a study's experiment: a recipe's command line
-        check_recipe(module, arguments)
+        check_recipe(module.cli, arguments, monkeypatch, module)
         return
     parse_args = argparse.ArgumentParser.parse_args
 
@@ -229,7 +243,7 @@ def test_every_command_shown_exists_and_its_arguments_parse(command, monkeypatch
             script = ROOT / target
             assert script.is_file(), f"{command}: no file {target}"
             if script.parent.name in {"recipes", "eval"} and script.suffix == ".py":
-                check_recipe(load_script(script, f"docs_check_{script.stem}"), command.arguments)
+                check_recipe(load_script(script, f"docs_check_{script.stem}").cli, command.arguments, monkeypatch)
     except (ConfigError, AssertionError) as error:
         pytest.fail(f"{command}\n{error}")
 
@@ -394,3 +408,16 @@ def test_no_user_page_names_a_commit():
              for number, line in enumerate(page.read_text().splitlines(), 1) for found in COMMIT.findall(line)]
     assert not named, "commits named on user pages (move them to docs/measured.md):\n" + "\n".join(named)
     assert COMMIT.findall("measured at 9b91d4d (see 0.982, 1e-4, #1f77b4, vit_b16)") == ["9b91d4d"]
+
+
+def test_the_front_pages_table_of_commands_is_the_packages():
+    """README's table names every command of mpp/commands.py, each once, with its summary and default preset (the
+    frozen-encoder protocols share a row)."""
+    section = (ROOT / "README.md").read_text().split("## Commands")[1].split("\n## ")[0]
+    rows = [line.split("|")[1:4] for line in section.splitlines() if line.startswith("| `")]
+    named = [(name, what.strip(), preset.strip().strip("`"), len(re.findall(r"`(\w+)`", names)))
+             for names, what, preset in rows for name in re.findall(r"`(\w+)`", names)]
+    assert sorted(name for name, *_ in named) == sorted(command_table)  # each once
+    for name, what, preset, sharing in named:
+        assert preset == command_table[name].preset, name
+        assert sharing > 1 or what == command_table[name].summary, name  # a row of its own: the table's summary

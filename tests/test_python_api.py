@@ -4,7 +4,6 @@ rather than exits, runs one after another in one process, and two processes unde
 from __future__ import annotations
 
 import importlib
-import dataclasses
 import json
 import logging
 import signal
@@ -22,7 +21,11 @@ from mpp.config.building import build_config
 from mpp.config.runs import FinetuneRunConfig, MPPRunConfig
 from mpp.errors import ConfigError, DataError, RunError
 from mpp.training.preemption import Preempted
-from mpp.recipes.python_api import EVALUATIONS, FINE_TUNING, PRE_TRAINING, override_arguments, preset_path
+from mpp import command_line
+from mpp.commands import COMMANDS
+from mpp.presets import preset_path
+from mpp.recipes import python_api
+from mpp.recipes.python_api import override_arguments
 from tests.launching import ROOT, free_port, load_script, write_two_noise_classes
 
 ENCODER = {"img_size": 16, "patch_size": 4, "embed_dim": 32, "depth": 2, "num_heads": 2}
@@ -65,7 +68,7 @@ def test_an_unknown_key_raises_the_command_lines_error_before_anything_is_writte
     with pytest.raises(ConfigError) as raised:
         mpp.pretrain(trian={"epochs": 2})
     with pytest.raises(ConfigError) as command_line:
-        build_config(MPPRunConfig, PRE_TRAINING["mpp"].default_preset, ["trian.epochs=2"])
+        build_config(MPPRunConfig, COMMANDS["pretrain"].preset, ["trian.epochs=2"])
     assert str(raised.value) == str(command_line.value)
     assert "did you mean 'train.epochs'?" in str(raised.value) and "valid keys: output_dir, seed" in str(raised.value)
     assert list(tmp_path.iterdir()) == []
@@ -78,35 +81,69 @@ def test_a_key_given_as_a_parameter_and_an_override_is_refused():
         mpp.pretrain(method="mae")
 
 
-def test_a_preset_is_a_file_or_the_name_of_one_beside_the_default():
-    default = PRE_TRAINING["mpp"].default_preset
-    assert preset_path(None, default) == default
-    named = preset_path("finetune_tiny_cpu", default)  # installed with the package, recipes/configs/ in a checkout
+def test_a_preset_is_named_by_its_name_or_given_as_a_file():
+    named = preset_path("finetune_tiny_cpu")  # installed with the package, recipes/configs/ in a checkout
     assert named == ROOT / "mpp" / "presets" / "finetune_tiny_cpu.yaml"
     assert named.resolve() == (ROOT / "recipes" / "configs" / "finetune_tiny_cpu.yaml").resolve()
-    assert preset_path("my/preset.yaml", default) == Path("my/preset.yaml")
-    cfg = build_config(FinetuneRunConfig, preset_path("finetune_tiny_cpu", default))
-    assert cfg.train.steps == 200  # the named preset was read
+    assert preset_path("my/preset.yaml") == Path("my/preset.yaml")
+    assert build_config(FinetuneRunConfig, "finetune_tiny_cpu").train.steps == 200  # the named preset was read
+    assert mpp.finetune.__module__ == "mpp.recipes.python_api"
+    with pytest.raises(ConfigError, match="config file .*no_such_preset.yaml does not exist; give a preset's name "
+                                          r"\(compare_own_images_cpu, eval_fashion_mnist_cpu"):
+        build_config(FinetuneRunConfig, "no_such_preset")
 
 
-SCRIPTS = {"recipes/mpp.py": PRE_TRAINING["mpp"], "recipes/supervised.py": PRE_TRAINING["supervised"],
-           "recipes/finetune.py": FINE_TUNING, "eval/linear_probe.py": EVALUATIONS["linear_probe"],
-           "eval/knn.py": EVALUATIONS["knn"], "eval/few_shot.py": EVALUATIONS["few_shot"],
-           "eval/inspect_encoder.py": EVALUATIONS["inspect"]}
+SCRIPTS = {"recipes/mpp.py": "pretrain", "recipes/supervised.py": "supervised", "recipes/finetune.py": "finetune",
+           "recipes/compare.py": "compare", "eval/linear_probe.py": "linear_probe", "eval/knn.py": "knn",
+           "eval/few_shot.py": "few_shot", "eval/inspect_encoder.py": "inspect"}
+
+
+def record_runs(monkeypatch) -> list[dict]:
+    """What each command line would run, recorded instead of run."""
+    runs = []
+    monkeypatch.setattr(command_line, "run_recipe", lambda run, config_class, preset, description, invocation, argv,
+                        prog: runs.append({"run": run, "config_class": config_class, "preset": preset,
+                                           "invocation": invocation, "argv": argv}))
+    return runs
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_each_script_runs_the_function_python_calls_with_the_same_default_preset(script, monkeypatch):
-    recipe = SCRIPTS[script]
-    module = load_script(ROOT / script, f"python_api_check_{Path(script).stem}")
-    called = {}
-    monkeypatch.setattr(module, "run_recipe", lambda run, config_class, preset, description: called.update(
-        run=run, config_class=config_class, preset=preset))
-    module.cli()
-    module_name, function = called["run"].split(":")  # imported once the config is valid
-    assert getattr(importlib.import_module(module_name), function) is recipe.run
-    assert called["config_class"] is recipe.config_class
-    assert called["preset"].resolve() == recipe.default_preset
+def test_each_script_runs_its_command_of_the_table(script, monkeypatch):
+    runs = record_runs(monkeypatch)
+    monkeypatch.setattr(sys, "argv", [script, "seed=3"])
+    load_script(ROOT / script, f"python_api_check_{Path(script).stem}").cli()
+    command = COMMANDS[SCRIPTS[script]]
+    assert runs == [{"run": command.run, "config_class": command.config_class(), "preset": command.preset,
+                     "invocation": [script], "argv": ["seed=3"]}]
+    assert preset_path(command.preset).is_file() and preset_path(command.cpu_preset).is_file()
+
+
+def test_python_m_mpp_runs_each_command_of_the_table_and_refuses_any_other(monkeypatch, capsys):
+    runs = record_runs(monkeypatch)
+    for name in COMMANDS:
+        command_line.main([name, "--config", "x.yaml", "seed=3"])
+    assert [run["run"] for run in runs] == [command.run for command in COMMANDS.values()]
+    assert [run["invocation"] for run in runs] == [["-m", "mpp", name] for name in COMMANDS]
+    assert {tuple(run["argv"]) for run in runs} == {("--config", "x.yaml", "seed=3")}
+    with pytest.raises(SystemExit, match="'train' is not a command of mpp; the commands: pretrain, supervised, "):
+        command_line.main(["train"])
+    with pytest.raises(SystemExit) as stop:
+        command_line.main(["--help"])
+    assert stop.value.code == 0
+    listed = capsys.readouterr().out
+    assert all(f"  {name} " in listed for name in COMMANDS) and "mpp_own_images_cpu" in listed
+
+
+def test_the_python_api_runs_the_commands_of_the_table(monkeypatch):
+    ran = []
+    monkeypatch.setattr(python_api, "_run", lambda name, config, overrides: ran.append(name))
+    mpp.pretrain()
+    mpp.pretrain(method="supervised")
+    mpp.finetune()
+    for protocol in ("linear_probe", "knn", "few_shot", "inspect"):
+        mpp.evaluate(protocol=protocol)
+    assert ran == ["pretrain", "supervised", "finetune", "linear_probe", "knn", "few_shot", "inspect"]
+    assert set(ran) | {"compare"} == set(COMMANDS)  # mpp.compare: COMMANDS["compare"], tested from a wheel
 
 
 def test_an_error_is_raised_not_exited_and_leaves_no_accelerator_behind(tmp_path):
@@ -241,7 +278,7 @@ def test_a_run_stopped_by_a_signal_says_how_to_continue_in_this_apis_words(monke
     def stopped_by_ctrl_c(cfg):
         raise Preempted(signal.SIGINT, 7, checkpoint)
 
-    monkeypatch.setitem(PRE_TRAINING, "mpp", dataclasses.replace(PRE_TRAINING["mpp"], run=stopped_by_ctrl_c))
+    monkeypatch.setattr(importlib.import_module("mpp.recipes.mpp_run"), "pretrain_mpp", stopped_by_ctrl_c)
     with pytest.raises(Preempted) as stop:
         mpp.pretrain(output_dir=tmp_path)
     assert str(stop.value) == (f"stopped by Ctrl-C (SIGINT) after step 7; checkpoint {checkpoint} saved: continue with "

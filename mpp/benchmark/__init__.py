@@ -10,7 +10,7 @@
   the ViT-B/16 preset's size (synthetic state), from the page cache and (``--cold``) from the disk.
 - ``python -m mpp.benchmark.step_profile`` (``step_profile.py``): where the step's time goes, by kind of work.
 
-Run them from the repository root: their default preset is ``recipes/configs/mpp_tiny_cpu.yaml``.
+Their default preset is ``mpp_tiny_cpu``; ``--config`` takes a preset's name or a YAML file.
 """
 
 from pathlib import Path

@@ -1,6 +1,6 @@
 """What verifying a checkpoint costs next to loading it, at the size of a preset's checkpoint.
 
-    python -m mpp.benchmark.checkpoint_speed [--config recipes/configs/mpp_vit_b16_paper.yaml] [--repeats 3] [--dir DIR]
+    python -m mpp.benchmark.checkpoint_speed [--config mpp_vit_b16_paper] [--repeats 3] [--dir DIR]
                                        [--cold]
 
 The state is synthetic: the preset's MPP model and its AdamW moments, filled with random values (a checkpoint of a
@@ -28,8 +28,9 @@ from mpp.config.runs import MPPRunConfig
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
 from mpp.training.checkpoint import checkpoint_bytes, checkpoint_damage, load_checkpoint, save_checkpoint
+from mpp.presets import preset_path
 
-DEFAULT_PRESET = "recipes/configs/mpp_vit_b16_paper.yaml"
+DEFAULT_PRESET = "mpp_vit_b16_paper"
 
 
 def synthetic_training_state(run: MPPRunConfig) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -60,7 +61,7 @@ def median_seconds(action, repeats: int, cold: bool = False) -> float:
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default=DEFAULT_PRESET)
+    parser.add_argument("--config", type=preset_path, default=DEFAULT_PRESET)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", help="where to write the checkpoint (default: a temporary folder)")
     parser.add_argument("--cold", action="store_true", help="also time a resume from the disk (drops the page cache)")

@@ -1,7 +1,7 @@
 """Does loading keep up with training? Decoded and augmented images per second for every source, at several worker
 counts, next to the training step's images per second for the same preset.
 
-    python -m mpp.benchmark.loader_speed [--config recipes/configs/<preset>.yaml] [--workers 0 1 2 4] [--json FILE]
+    python -m mpp.benchmark.loader_speed [--config <preset>] [--workers 0 1 2 4] [--json FILE]
                                     [--imagenet-images 256] [--rounds 3] [--only-imagenet]
 
 Sources whose data this machine lacks are written first to a temporary folder in their real format, from the
@@ -59,6 +59,7 @@ from mpp.data.shapes import ShapesSource
 from mpp.data.transforms import ImageView, image_sizes, mirrored, resized_crop_of_pixels
 from mpp.keyed_random import KeyedDraws, keys_of
 from mpp.models.encoder import encoder_structure
+from mpp.presets import preset_path
 
 FILE_IMAGES = 2048  # images written for the file-based sources
 FILE_IMAGE_SIZE = 128  # their side in pixels: decoding costs more than for 32x32 arrays, as with real photos
@@ -287,7 +288,7 @@ def row(source: str, path: str, workers: int, rate: float) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m mpp.benchmark.loader_speed", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", type=Path, default=DEFAULT_PRESET,
+    parser.add_argument("--config", type=preset_path, default=DEFAULT_PRESET,
                         help=f"preset giving image size and batch (default: {DEFAULT_PRESET})")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2, 4])
     parser.add_argument("--seconds", type=float, default=3.0, help="loading time measured per cell")

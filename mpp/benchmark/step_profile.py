@@ -1,6 +1,6 @@
 """Where one training step's time goes: ``torch.profiler`` over the benchmark's step (``training_step.py``).
 
-    python -m mpp.benchmark.step_profile [--config recipes/configs/<mpp preset>.yaml] [--row mpp] [--batch N]
+    python -m mpp.benchmark.step_profile [--config <mpp preset>] [--row mpp] [--batch N]
                                          [--precision bf16] [--compile] [--steps 5] [--json FILE]
 
 After the warm-up (and the compile), ``--steps`` steps run under the profiler. It prints the operators that took the
@@ -22,6 +22,7 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from mpp.benchmark.training_step import DEFAULT_PRESET, ROWS, TrainingStep
+from mpp.presets import preset_path
 
 # An operator's kind, by the first of these words in its name (lower case); the rest is element-wise work.
 # The optimizer first: its fused kernels' names hold "mm" ("AdamMath").
@@ -81,7 +82,7 @@ def profile_step(step: TrainingStep, steps: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m mpp.benchmark.step_profile", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", type=Path, default=DEFAULT_PRESET, help="MPP preset: encoder, image size")
+    parser.add_argument("--config", type=preset_path, default=DEFAULT_PRESET, help="MPP preset: encoder, image size")
     parser.add_argument("--row", choices=[row for row in ROWS if row != "vit-pytorch"], default="mpp")
     parser.add_argument("--batch", type=int, default=8, help="images per step")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")

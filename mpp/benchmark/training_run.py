@@ -1,6 +1,6 @@
 """How close a whole pre-training run comes to its step: the real recipe, on prepared images, against the step alone.
 
-    python -m mpp.benchmark.training_run [--config recipes/configs/<mpp preset>.yaml] [--batch N] [--precision bf16]
+    python -m mpp.benchmark.training_run [--config <mpp preset>] [--batch N] [--precision bf16]
         [--compile] [--epoch-steps 8 500] [--steps N] [--workers N] [--repeats N] [--work DIR] [--json FILE]
 
 For each ``--epoch-steps`` E it writes E x batch images (smooth noise, JPEG, about 1.15 times the preset's image
@@ -11,7 +11,7 @@ from its metrics.json (both over the steps after the first). Beside them: the st
 ``--repeats`` times; each figure is the median of its runs.
 
 Two things show: what the loop loses to its data (the data-waiting share, and the run against the step), and what
-an epoch's end costs (a small dataset's epochs against a large one's). Run it from the repository root.
+an epoch's end costs (a small dataset's epochs against a large one's).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from PIL import Image
 from mpp.benchmark import preset_encoder_and_batch
 from mpp.benchmark.loader_speed import synthetic_jpegs, write_labelled_jpegs
 from mpp.benchmark.training_step import DEFAULT_PRESET, measure_interleaved
+from mpp.presets import preset_path
 
 NO_MONITORS = ("monitor.few_shot_every=0", "monitor.mosaic_every=0", "monitor.final_few_shot_draws=0")
 
@@ -71,7 +72,7 @@ def recipe_run(config: Path, prepared: Path, run_dir: Path, args: argparse.Names
                  f"train.checkpoint_every={args.steps}", f"train.mixed_precision="
                  f"{'bf16' if args.precision == 'bf16' else 'no'}", f"train.compile={str(args.compile).lower()}",
                  *NO_MONITORS, *([f"data.num_workers={args.workers}"] if args.workers is not None else [])]
-    command = [sys.executable, "-m", "accelerate.commands.launch", "recipes/mpp.py", "--config", str(config),
+    command = [sys.executable, "-m", "accelerate.commands.launch", "-m", "mpp", "pretrain", "--config", str(config),
                *overrides]
     finished = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                               # the checkout first, then packages carried to a machine without an index
@@ -86,7 +87,8 @@ def recipe_run(config: Path, prepared: Path, run_dir: Path, args: argparse.Names
 def main(argv: Optional[list[str]] = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m mpp.benchmark.training_run", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", type=Path, default=DEFAULT_PRESET, help=f"MPP preset (default: {DEFAULT_PRESET})")
+    parser.add_argument("--config", type=preset_path, default=DEFAULT_PRESET,
+                        help=f"MPP preset (default: {DEFAULT_PRESET})")
     parser.add_argument("--batch", type=int, help="images per step (default: the preset's micro or global batch)")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model (run and step alike)")

@@ -1,7 +1,7 @@
 """How fast MPP trains against its ceiling and its peer: training images per second, peak memory and model FLOPs
 utilisation of one training step (forward, backward, clipping, fused AdamW) on synthetic images.
 
-    python -m mpp.benchmark [--config recipes/configs/<mpp preset>.yaml] [--batch N] [--precision bf16]
+    python -m mpp.benchmark [--config <mpp preset>] [--batch N] [--precision bf16]
                             [--grad-checkpointing] [--json FILE]
 
 Rows, all on the preset's encoder, image size and batch:
@@ -49,8 +49,9 @@ from mpp.config.model import ClassifierConfig
 from mpp.config.runs import MPPRunConfig
 from mpp.models.encoder import create_encoder, encoder_structure
 from mpp.training.optimizer import create_optimizer
+from mpp.presets import preset_path
 
-DEFAULT_PRESET = Path("recipes/configs/mpp_tiny_cpu.yaml")  # from the repository root, as the docs run it
+DEFAULT_PRESET = "mpp_tiny_cpu"
 PEER_VERSION = "1.16.0"
 ROWS = ("supervised", "mpp", "vit-pytorch")
 CHECKPOINTED = " + grad checkpointing"  # a row's model with model.grad_checkpointing=true (--grad-checkpointing)
@@ -270,7 +271,7 @@ def rows_to_measure(compile_model: bool, grad_checkpointing: bool) -> tuple[list
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m mpp.benchmark", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", type=Path, default=DEFAULT_PRESET,
+    parser.add_argument("--config", type=preset_path, default=DEFAULT_PRESET,
                         help=f"MPP preset: encoder, image size (default: {DEFAULT_PRESET})")
     parser.add_argument("--batch", type=int, help="images per step (default: the preset's micro or global batch)")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")

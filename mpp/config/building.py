@@ -23,6 +23,7 @@ import yaml
 
 from mpp.config.help import keys_help
 from mpp.errors import ConfigError
+from mpp.presets import preset_names, preset_path
 
 
 def config_keys(cls: type) -> list[str]:
@@ -72,13 +73,14 @@ def _settings(cls: type, preset: Optional[str | Path], overrides: typing.Sequenc
     """The dotted keys a YAML preset and then ``key=value`` overrides set, as written; an unknown key is refused."""
     values: dict[str, Any] = {}
     if preset is not None:
-        path = Path(preset)
+        path = preset_path(preset)
         if path.is_dir():
             inside = sorted(path.glob("*.yaml"))
             raise ConfigError(f"config file {path} is a directory; give one YAML file, e.g. --config "
-                              f"{inside[0] if inside else 'recipes/configs/mpp_tiny_cpu.yaml'}")
+                              f"{inside[0] if inside else 'mpp_tiny_cpu'}")
         if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist; presets live in recipes/configs/")
+            raise ConfigError(f"config file {path} does not exist; give a preset's name ({', '.join(preset_names())}) "
+                              "or the path of a YAML file")
         loaded = parsed_yaml(path.read_text(), f"config file {path}") or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping of keys to values")
@@ -108,16 +110,19 @@ def save_config(config: Any, path: Path) -> None:
     path.write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
 
 
-def parse_command_line(cls: type, argv: Optional[typing.Sequence[str]], default_preset: Path, description: str) -> Any:
-    """The recipes' command line: ``[--config FILE] [--resume] [--print-config] [key=value ...]``. ``--help`` lists
-    every key by section with its type, the value a run with the preset (``--config``'s, else the recipe's default
+def parse_command_line(cls: type, argv: Optional[typing.Sequence[str]], default_preset: str, description: str,
+                       prog: Optional[str] = None) -> Any:
+    """A command's command line: ``[--config PRESET] [--resume] [--print-config] [key=value ...]``. ``--help`` lists
+    every key by section with its type, the value a run with the preset (``--config``'s, else the command's default
     one) gets, and its meaning; ``--print-config`` prints the resolved config as YAML and exits, building nothing."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", type=Path, default=default_preset, help=f"YAML preset (default: {default_preset})")
+    parser = argparse.ArgumentParser(prog=prog, description=description,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=default_preset,
+                        help=f"a preset's name, or a YAML file's path (default: {default_preset})")
     if {"-h", "--help"} & set(argv):  # the keys' help reads the preset and the configs' source: only when shown
         preset = parser.parse_known_args([arg for arg in argv if arg not in ("-h", "--help")])[0].config
-        parser.epilog = keys_help(cls, preset_values(cls, preset), str(preset))
+        parser.epilog = keys_help(cls, preset_values(cls, preset), str(preset_path(preset)))
     resumes = "resume" in {field.name for field in dataclasses.fields(cls)}  # a run; an experiment just continues
     if resumes:
         parser.add_argument("--resume", action="store_true",

@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from mpp.config.building import build_config
-from mpp.config.runs import FinetuneRunConfig, KnnRunConfig, LinearProbeRunConfig, MPPRunConfig
+from mpp.commands import COMMANDS
+from mpp.config.runs import FinetuneRunConfig, MPPRunConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.loading import build_dataset, check_classes_to_learn
 from mpp.data.subsets import class_label
@@ -25,16 +26,15 @@ from mpp.experiments.runner import Run
 
 logger = logging.getLogger(__name__)
 
-CONFIGS = {"pretrain": MPPRunConfig, "finetune": FinetuneRunConfig, "linear_probe": LinearProbeRunConfig,
-           "knn": KnnRunConfig}
 FINGERPRINT_SIDE = 16  # an image's content fingerprint: its grey 16x16 thumbnail, each pixel above or below its mean
 FEATURELESS = 0.02  # thumbnails whose pixels spread less than this (blank, one colour) are never matched
 
 
 def run_config(run: Run) -> Any:
-    """The config ``run``'s command builds: its preset and the overrides after it."""
+    """The config ``run``'s command (``python -m mpp <command> --config <preset> ...``) builds: its preset and the
+    overrides after it."""
     at = run.command.index("--config")
-    return build_config(CONFIGS[run.stage], run.command[at + 1], run.command[at + 2:])
+    return build_config(COMMANDS[run.command[at - 1]].config_class(), run.command[at + 1], run.command[at + 2:])
 
 
 def check_run_configs(runs: list[Run], lists: dict[str, str]) -> dict[str, Any]:

@@ -75,7 +75,7 @@ def labelled_subset(cfg: ComparisonConfig, seed: int) -> tuple[str, ...]:
     return (*per_class, f"data.subset_seed={seed}")
 
 
-def plan_runs(cfg: ComparisonConfig, repository: Path) -> list[Run]:
+def plan_runs(cfg: ComparisonConfig) -> list[Run]:
     """Per seed: the MPP run, then each protocol's runs of each of its arms."""
     output_dir = Path(cfg.output_dir)
     presets = {"mpp": cfg.mpp_preset, "finetune": cfg.finetune_preset, "linear_probe": cfg.eval_preset,
@@ -89,15 +89,15 @@ def plan_runs(cfg: ComparisonConfig, repository: Path) -> list[Run]:
                    "random": (f"init=random:{output_dir / pretraining}",), "pixels": ("eval.features=pixels",)}
         sources |= {arm: (*sources[twin], *cfg.paper_recipe) for arm, twin in PAPER_ARMS.items()}
         runs.append(Run(pretraining, "pretrain", recipe_command(
-            cfg, repository, "mpp", cfg.mpp_preset, (f"data.source={cfg.unlabelled}", *cfg.data, *cfg.encoder,
-                                                     *cfg.mpp), seed, output_dir / pretraining), after=None))
+            cfg, "pretrain", cfg.mpp_preset, (f"data.source={cfg.unlabelled}", *cfg.data, *cfg.encoder, *cfg.mpp),
+            seed, output_dir / pretraining), after=None))
         for protocol in PROTOCOLS:
             for arm in arms_of(protocol, bool(cfg.paper_recipe)):
                 name = run_name(protocol, arm, seed)
                 # tune_once, with finetune.sweep_lrs: each arm trains at the rate its first seed's sweep chose
                 at_rate, waits = (at_first_seeds_rate(cfg, run_name(protocol, arm, cfg.seeds[0]), seed)
                                   if protocol == "finetune" else ((), ()))
-                command = recipe_command(cfg, repository, protocol, presets[protocol],
+                command = recipe_command(cfg, protocol, presets[protocol],
                                          (f"data.source={cfg.labelled}", *cfg.data, *labelled_subset(cfg, seed),
                                           *cfg.encoder, *overrides[protocol], *sources[arm], *at_rate), seed,
                                          output_dir / name)
@@ -269,12 +269,12 @@ LISTS = {stage: f"{lists} and data=[...], encoder=[...]" for stage, lists in (
     ("linear_probe", "linear_probe=[...], labelled_per_class"), ("knn", "knn=[...], labelled_per_class"))}
 
 
-def check_before_running(cfg: ComparisonConfig, repository: Path) -> None:
+def check_before_running(cfg: ComparisonConfig) -> None:
     """Everything that can be wrong with the comparison, found before its first run: each run of the first seed
     builds its config, the labelled images have what the protocols need, and test images that are also unlabelled
     ones are counted (``mpp.experiments.checks``)."""
     cfg.check_images()
-    first = [run for run in plan_runs(cfg, repository) if run.name.endswith(f"-seed{cfg.seeds[0]}")]
+    first = [run for run in plan_runs(cfg) if run.name.endswith(f"-seed{cfg.seeds[0]}")]
     configs = check_run_configs(first, LISTS)
     if cfg.tune_once and not configs[run_name("finetune", "mpp", cfg.seeds[0])].finetune.sweep_lrs:
         raise ConfigError("tune_once=true trains every seed at the rate the first seed's sweep chose, and the "
@@ -285,9 +285,9 @@ def check_before_running(cfg: ComparisonConfig, repository: Path) -> None:
     warn_if_test_images_are_unlabelled_ones(test, configs[run_name("pretrain", "mpp", cfg.seeds[0])])
 
 
-def compare(cfg: ComparisonConfig, repository: Path) -> dict[str, Any]:
-    """The whole comparison: every run not yet finished (the recipes of ``repository``), then the tables."""
+def compare(cfg: ComparisonConfig) -> dict[str, Any]:
+    """The whole comparison (``python -m mpp compare``): every run not yet finished, then the tables."""
     if not cfg.tables_only:
-        check_before_running(cfg, repository)
-    return run_experiment(cfg, lambda: plan_runs(cfg, repository), lambda: collect_results(cfg),
+        check_before_running(cfg)
+    return run_experiment(cfg, lambda: plan_runs(cfg), lambda: collect_results(cfg),
                           lambda results, folder: publish(cfg, results, folder))

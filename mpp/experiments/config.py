@@ -4,10 +4,10 @@ Each list holds ``key=value`` overrides of the stage presets."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar
 
 from mpp.errors import ConfigError
+from mpp.presets import preset_names, preset_path
 
 
 @dataclass
@@ -26,8 +26,9 @@ class ExperimentConfig:
     seeds: tuple[int, ...] = (0, 1, 2)  # each seed repeats everything: pre-training, labelled subset, fine-tuning
     parallel_runs: int = 1  # runs at once; on a CPU they share its cores equally
     launcher: tuple[str, ...] = ()  # the command each run's script follows, e.g. [accelerate, launch]; empty: python
-    mpp_preset: str = "recipes/configs/mpp_fashion_mnist_cpu.yaml"  # each stage's preset, before the lists below
-    eval_preset: str = "recipes/configs/eval_fashion_mnist_cpu.yaml"  # few-shot and the raw-pixel baselines
+    # Each stage's preset, by name (or a YAML file's path), before the lists below
+    mpp_preset: str = "mpp_fashion_mnist_cpu"
+    eval_preset: str = "eval_fashion_mnist_cpu"  # few-shot and the raw-pixel baselines
     data: tuple[str, ...] = ()  # every run: the dataset, where it differs from the presets' (data.source, .mean, ...)
     encoder: tuple[str, ...] = ()  # every run: the one encoder all rows share (model.*)
     mpp: tuple[str, ...] = ()  # the MPP runs only (train.*, mpp.*)
@@ -52,23 +53,23 @@ class ExperimentConfig:
         if self.parallel_runs < 1:
             raise ConfigError(f"parallel_runs={self.parallel_runs} must be at least 1")
         for name in self.presets():
-            if not Path(getattr(self, name)).is_file():
-                raise ConfigError(f"{name}={getattr(self, name)} does not exist; give a preset from recipes/configs/ "
-                                  "(paths are relative to the current directory)")
+            if not preset_path(getattr(self, name)).is_file():
+                raise ConfigError(f"{name}={getattr(self, name)} does not exist; give a preset's name "
+                                  f"({', '.join(preset_names())}) or the path of a YAML file")
 
 
 @dataclass
 class ComparisonConfig(ExperimentConfig):
-    """recipes/compare.py: what MPP pre-training buys on your own images, over seeds. Each seed pre-trains on
+    """``python -m mpp compare``: what MPP pre-training buys on your own images, over seeds. Each seed pre-trains on
     ``unlabelled``, then reads the encoder, the same encoder at fresh random weights (``init=random:<run>``) and the raw
     pixels on ``labelled``: fine-tuned (the two encoders), by a linear probe and by kNN (all three)."""
 
     output_dir: str = "runs/comparison"  # one folder per run inside, then results.md and results.json
     unlabelled: str = ""  # the images to pre-train on, as data.source: e.g. hf:/data/my-images-64px (required)
     labelled: str = ""  # the labelled images, as data.source, with a train and a test split (required)
-    mpp_preset: str = "recipes/configs/mpp_own_images_cpu.yaml"
-    finetune_preset: str = "recipes/configs/finetune_own_images_cpu.yaml"
-    eval_preset: str = "recipes/configs/eval_own_images_cpu.yaml"  # the linear probe's and kNN's
+    mpp_preset: str = "mpp_own_images_cpu"
+    finetune_preset: str = "finetune_own_images_cpu"
+    eval_preset: str = "eval_own_images_cpu"  # the linear probe's and kNN's
     finetune: tuple[str, ...] = ()  # every fine-tuning (train.*, finetune.*, augment.*): the arms' one recipe
     # The baseline's length beside ``finetune`` (train.steps or train.epochs, their warm-up): a ViT from fresh random
     # weights trained as many optimizer steps as MPP's pre-training and fine-tuning together, as the field would set

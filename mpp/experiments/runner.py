@@ -25,6 +25,7 @@ from typing import Any, Callable, Optional
 import torch
 import yaml
 
+from mpp.commands import COMMANDS
 from mpp.config.building import config_to_dict
 from mpp.errors import ConfigError, RunError
 from mpp.experiments.config import ExperimentConfig
@@ -33,12 +34,6 @@ from mpp.run.directory import METRICS_FILE, read_metrics
 
 logger = logging.getLogger(__name__)
 
-
-SCRIPTS = {"mpp": "recipes/mpp.py", "supervised": "recipes/supervised.py", "finetune": "recipes/finetune.py",
-           "few_shot": "eval/few_shot.py", "linear_probe": "eval/linear_probe.py",
-           "knn": "eval/knn.py"}  # relative to the repository, which the caller names
-
-EVALUATIONS = ("few_shot", "linear_probe", "knn")  # scripts of eval/: no checkpoints, the eval preset
 
 PLAN_FILE = "experiment.yaml"  # the settings an experiment started with: it continues only with the same ones
 EARLIER_PLAN_FILE = "reproduce.yaml"  # that file's name in mpp 0.2 and before: experiments started then continue
@@ -64,16 +59,18 @@ class Run:
         return (*((self.after,) if self.after else ()), *self.also_after)
 
 
-def recipe_command(cfg: ExperimentConfig, repository: Path, script: str, preset: str, overrides: tuple[str, ...],
-                   seed: int, run_dir: Path) -> tuple[str, ...]:
-    """The command line of one run of an experiment ``cfg`` (its ``launcher`` and ``parallel_runs``): ``script``
-    of ``repository`` with its preset and overrides; on a CPU, each run gets its share of the cores."""
+def recipe_command(cfg: ExperimentConfig, command: str, preset: str, overrides: tuple[str, ...], seed: int,
+                   run_dir: Path) -> tuple[str, ...]:
+    """The command line of one run of an experiment ``cfg`` (its ``launcher`` and ``parallel_runs``): ``python -m
+    mpp <command>`` of the installed package, with its preset and overrides; on a CPU, each run gets its share of the
+    cores."""
     launcher = list(cfg.launcher) or [sys.executable]
+    evaluation = COMMANDS[command].kind == "evaluation"
     threads = max(1, len(os.sched_getaffinity(0)) // cfg.parallel_runs) if not torch.cuda.is_available() else 0
-    cpu = [f"{'eval' if script in EVALUATIONS else 'train'}.cpu_threads={threads}"] if threads else []
+    cpu = [f"{'eval' if evaluation else 'train'}.cpu_threads={threads}"] if threads else []
     # A training run continues from its checkpoints; an evaluation has none and starts again.
-    again = "overwrite=true" if script in EVALUATIONS else "resume=auto"
-    return (*launcher, str(repository / SCRIPTS[script]), "--config", preset, *overrides, *cpu, f"seed={seed}",
+    again = "overwrite=true" if evaluation else "resume=auto"
+    return (*launcher, "-m", "mpp", command, "--config", preset, *overrides, *cpu, f"seed={seed}",
             f"output_dir={run_dir}", again)
 
 

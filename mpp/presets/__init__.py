@@ -1,20 +1,13 @@
 """The presets: YAML files of a run's settings, installed with the package (``recipes/configs/`` in a checkout links
-to this folder). The preset each entry point reads without ``--config``, and the CPU preset a run on a CPU is pointed
-to, are named here and nowhere else."""
+to this folder). A preset is named by its name (``finetune_own_images_cpu``) anywhere one is asked for; a path to a
+YAML file of your own works too. Which command reads which preset is written in mpp/commands.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Union
 
 PRESETS = Path(__file__).parent
-
-# Each entry point's preset without --config (the eval/ scripts share one): the tiny CPU presets on the embedded
-# shapes data, so that a first run needs nothing but the install; the comparison, sized for a CPU.
-DEFAULTS = {"mpp": "mpp_tiny_cpu", "supervised": "supervised_tiny_cpu", "finetune": "finetune_tiny_cpu",
-            "eval": "eval_tiny_cpu", "compare": "compare_own_images_cpu"}
-# The preset sized for a CPU that a run of each kind on a CPU asking for a GPU's settings is pointed to.
-FOR_A_CPU = {"mpp": "mpp_own_images_cpu", "finetune": "finetune_own_images_cpu", "supervised": "supervised_tiny_cpu",
-             "eval": "eval_own_images_cpu"}
 
 
 def preset_file(name: str) -> Path:
@@ -22,6 +15,13 @@ def preset_file(name: str) -> Path:
     return PRESETS / f"{name}.yaml"
 
 
-def default_preset(entry_point: str) -> Path:
-    """What ``entry_point`` (a key of ``DEFAULTS``) reads without ``--config``."""
-    return preset_file(DEFAULTS[entry_point])
+def preset_names() -> list[str]:
+    """Every installed preset's name."""
+    return sorted(path.stem for path in PRESETS.glob("*.yaml"))
+
+
+def preset_path(preset: Union[str, Path]) -> Path:
+    """``preset`` as ``--config`` takes it: a bare name (no folder, no suffix) is the installed preset of that name;
+    anything else, a file's path."""
+    path = Path(preset)
+    return path if path.suffix or len(path.parts) > 1 else preset_file(str(path))

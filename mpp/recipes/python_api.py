@@ -7,9 +7,10 @@
     probe = mpp.evaluate(init=pre.run_dir, data="folder:/data/labelled", protocol="knn")
 
 Each builds its config as its command line does (mpp/config/building.py: the preset, then the overrides, each key
-checked and each value coerced by its field) and runs the same function as its script, so a run from Python and one
-from ``accelerate launch`` are the same run. Overrides are the command line's keys as keywords: a top-level key as
-itself (``seed=1``), a section as a dict of its keys (``train={"steps": 500}``, the same as ``**{"train.steps": 500}``).
+checked and each value coerced by its field) and runs the same function as its command (mpp/commands.py), so a run
+from Python and one from ``accelerate launch`` are the same run. Overrides are the command line's keys as keywords: a
+top-level key as itself (``seed=1``), a section as a dict of its keys (``train={"steps": 500}``, the same as
+``**{"train.steps": 500}``).
 A failure the user can act on raises ``RunError`` (the command line prints it and exits). Every function runs under
 ``accelerate.notebook_launcher`` too, one call per process.
 """
@@ -20,74 +21,35 @@ import json
 import logging
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Optional
+from typing import Any, Iterable, Iterator, Literal, Optional
 
+from mpp.commands import COMMANDS
 from mpp.config.building import build_config
-from mpp.config.runs import (
-    FewShotRunConfig,
-    FinetuneRunConfig,
-    InspectionRunConfig,
-    KnnRunConfig,
-    LinearProbeRunConfig,
-    MPPRunConfig,
-    SupervisedRunConfig,
-)
 from mpp.errors import ConfigError, RunFinished
-from mpp.experiments.comparison import compare as run_comparison
-from mpp.experiments.config import ComparisonConfig
-from mpp.presets import default_preset
+from mpp.presets import preset_path
 from mpp.private_apis import forget_accelerate_state, leave_process_group_to_launcher
-from mpp.recipes.few_shot_run import evaluate_few_shot
-from mpp.recipes.finetune_run import fine_tune
-from mpp.recipes.inspection_run import inspect_frozen_encoder
-from mpp.recipes.knn_run import evaluate_knn
-from mpp.recipes.linear_probe_run import evaluate_linear_probe
-from mpp.recipes.mpp_run import pretrain_mpp
 from mpp.recipes.run_result import RunResult
-from mpp.recipes.supervised_run import pretrain_supervised
 from mpp.training.preemption import Preempted
 
-# The checkout this package is in (an editable install, or the repository root on the path): the recipes that a
-# comparison runs in subprocesses are there, and not in an installed wheel.
-CHECKOUT = Path(__file__).resolve().parents[2]
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """A run kind: the function its script calls, its config, and the preset its script reads without --config."""
-
-    run: Callable[[Any], RunResult]
-    config_class: type
-    default_preset: Path
-
-
-PRE_TRAINING = {
-    "mpp": Recipe(pretrain_mpp, MPPRunConfig, default_preset("mpp")),
-    "supervised": Recipe(pretrain_supervised, SupervisedRunConfig, default_preset("supervised")),
-}
-FINE_TUNING = Recipe(fine_tune, FinetuneRunConfig, default_preset("finetune"))
-EVALUATIONS = {
-    "linear_probe": Recipe(evaluate_linear_probe, LinearProbeRunConfig, default_preset("eval")),
-    "knn": Recipe(evaluate_knn, KnnRunConfig, default_preset("eval")),
-    "few_shot": Recipe(evaluate_few_shot, FewShotRunConfig, default_preset("eval")),
-    "inspect": Recipe(inspect_frozen_encoder, InspectionRunConfig, default_preset("eval")),
-}
+# The commands (mpp/commands.py) each function's choice names: pretrain's method, evaluate's protocol.
+METHODS = {"mpp": "pretrain", "supervised": "supervised"}
+PROTOCOLS = ("linear_probe", "knn", "few_shot", "inspect")
 
 
 def pretrain(data: Optional[str | dict[str, Any]] = None, output_dir: Optional[str | Path] = None, *,
              method: Literal["mpp", "supervised"] = "mpp", config: Optional[str | Path] = None,
              resume: bool | str = False, **overrides: Any) -> RunResult:
-    """Pre-train an encoder as ``recipes/mpp.py`` (or ``recipes/supervised.py``, ``method="supervised"``) does.
+    """Pre-train an encoder as ``python -m mpp pretrain`` (or ``python -m mpp supervised``, ``method="supervised"``)
+    does.
 
     Args:
         data: ``data.source``, e.g. ``"folder:/data/images"`` or ``"hf:<dataset>"``, or the data section as a dict
             (``{"source": ..., "eval_folder": ...}``); None: the preset's.
         output_dir: the run directory; None: ``runs/<method>-<date>-<time>``.
         method: MPP, or supervised pre-training on the labels.
-        config: a preset, as a YAML file or the name of one in the checkout's presets (``"mpp_own_images_cpu"``);
-            None: the script's default, the tiny CPU preset.
+        config: a preset, by its name (``"mpp_own_images_cpu"``) or as a YAML file; None: the command's default, the
+            tiny CPU preset.
         resume: True continues the run in ``output_dir`` (``--resume``); a path continues from that checkpoint.
         overrides: the command line's keys: ``seed=1``, ``train={"steps": 500}``, ``**{"model.depth": 6}``; None
             is null.
@@ -95,14 +57,14 @@ def pretrain(data: Optional[str | dict[str, Any]] = None, output_dir: Optional[s
     Returns:
         The run's metrics and directory; ``export_dir`` holds the encoder in timm's format.
     """
-    return _run(_pick(PRE_TRAINING, method, "method"), config,
+    return _run(METHODS[_pick(METHODS, method, "method")], config,
                 _common(data, output_dir, overrides, resume="auto" if resume is True else resume or None))
 
 
 def finetune(init: Optional[str | Path] = None, data: Optional[str | dict[str, Any]] = None,
              output_dir: Optional[str | Path] = None, *, config: Optional[str | Path] = None,
              resume: bool | str = False, **overrides: Any) -> RunResult:
-    """Fine-tune an encoder on a classification task as ``recipes/finetune.py`` does.
+    """Fine-tune an encoder on a classification task as ``python -m mpp finetune`` does.
 
     Args:
         init: the starting weights, a run directory (``pretrain(...).run_dir``), its export or a checkpoint file;
@@ -112,15 +74,15 @@ def finetune(init: Optional[str | Path] = None, data: Optional[str | dict[str, A
     Returns:
         The run's metrics (``test_accuracy`` among them) and directory.
     """
-    return _run(FINE_TUNING, config, _common(data, output_dir, overrides, init=init,
-                                             resume="auto" if resume is True else resume or None))
+    return _run("finetune", config, _common(data, output_dir, overrides, init=init,
+                                            resume="auto" if resume is True else resume or None))
 
 
 def evaluate(init: Optional[str | Path] = None, data: Optional[str | dict[str, Any]] = None,
              output_dir: Optional[str | Path] = None, *,
              protocol: Literal["linear_probe", "knn", "few_shot", "inspect"] = "linear_probe",
              config: Optional[str | Path] = None, **overrides: Any) -> RunResult:
-    """Evaluate a frozen encoder as ``eval/<protocol>.py`` does (``inspect``: ``eval/inspect_encoder.py``).
+    """Evaluate a frozen encoder as ``python -m mpp <protocol>`` does.
 
     Args:
         init: the encoder, a run directory, its export or a checkpoint file; None: a randomly initialised one.
@@ -130,16 +92,17 @@ def evaluate(init: Optional[str | Path] = None, data: Optional[str | dict[str, A
     Returns:
         The run's metrics (e.g. ``metrics["linear_probe"]["test_accuracy"]``) and directory.
     """
-    return _run(_pick(EVALUATIONS, protocol, "protocol"), config, _common(data, output_dir, overrides, init=init))
+    return _run(_pick(PROTOCOLS, protocol, "protocol"), config, _common(data, output_dir, overrides, init=init))
 
 
 def compare(unlabelled: str, labelled: str, output_dir: Optional[str | Path] = None, *,
             config: Optional[str | Path] = None, **overrides: Any) -> dict[str, Any]:
-    """What MPP pre-training buys on your images, over seeds, as ``recipes/compare.py`` measures it: per seed an MPP run
-    on ``unlabelled`` and a draw of ``labelled``; fine-tuned, that encoder against the same architecture trained from
-    scratch to its plateau with the same recipe (and at random weights as briefly), each at its own swept rate; frozen,
-    the encoder, its random weights and the raw pixels by a linear probe and kNN. Everything is checked before the
-    first run; the runs go to subprocesses; calling it again continues.
+    """What MPP pre-training buys on your images, over seeds, as ``python -m mpp compare`` measures it: per seed an MPP
+    run on ``unlabelled`` and a draw of ``labelled``; fine-tuned, that encoder against the same architecture trained
+    from scratch as many steps as MPP's pre-training and fine-tuning together, with the same recipe (and at random
+    weights as briefly), each at its own swept rate; frozen, the encoder, its random weights and the raw pixels by a
+    linear probe and kNN. Everything is checked before the first run; the runs go to subprocesses (``python -m mpp``
+    of this installed package, from any directory); calling it again continues.
 
     Args:
         unlabelled: the images to pre-train on, as ``data.source`` (``"hf:/data/my-images-64px"``).
@@ -153,22 +116,10 @@ def compare(unlabelled: str, labelled: str, output_dir: Optional[str | Path] = N
         each fine-tuned arm's steps, the images skipped, the package's ``version`` and commit, and ``table``, the
         verdict and tables results.md holds.
     """
-    if not (CHECKOUT / "recipes/compare.py").is_file():
-        raise ConfigError("mpp.compare runs the recipes of a checkout (recipes/, eval/) in subprocesses, and this "
-                          f"package is installed without one ({CHECKOUT}); install it from a clone of the "
-                          "repository (pip install -e .)")
-    cfg = build_config(ComparisonConfig, preset_path(config, default_preset("compare")), override_arguments(
+    command = COMMANDS["compare"]
+    cfg = build_config(command.config_class(), preset_path(config or command.preset), override_arguments(
         _common(None, output_dir, overrides, unlabelled=unlabelled, labelled=labelled)))
-    return run_comparison(cfg, CHECKOUT)
-
-
-def preset_path(config: Optional[str | Path], default: Path) -> Path:
-    """``config`` as ``--config`` takes it; a bare name (no folder, no suffix) is the preset of that name beside the
-    default one; None is the default."""
-    if config is None:
-        return default
-    path = Path(config)
-    return path if path.suffix or len(path.parts) > 1 else default.parent / f"{path}.yaml"
+    return command.function()(cfg)
 
 
 def dotted(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -202,17 +153,18 @@ def _common(data: Optional[str | dict[str, Any]], output_dir: Optional[str | Pat
     return {**named, **overrides}
 
 
-def _pick(recipes: dict[str, Recipe], name: str, parameter: str) -> Recipe:
-    if name not in recipes:
-        raise ConfigError(f"{parameter}={name!r} is not one of: {', '.join(recipes)}")
-    return recipes[name]
+def _pick(choices: Iterable[str], name: str, parameter: str) -> str:
+    if name not in choices:
+        raise ConfigError(f"{parameter}={name!r} is not one of: {', '.join(choices)}")
+    return name
 
 
-def _run(recipe: Recipe, config: Optional[str | Path], overrides: dict[str, Any]) -> RunResult:
-    cfg = build_config(recipe.config_class, preset_path(config, recipe.default_preset), override_arguments(overrides))
+def _run(name: str, config: Optional[str | Path], overrides: dict[str, Any]) -> RunResult:
+    command = COMMANDS[name]
+    cfg = build_config(command.config_class(), preset_path(config or command.preset), override_arguments(overrides))
     with run_in_this_process():
         try:
-            return recipe.run(cfg)
+            return command.function()(cfg)
         except RunFinished as finished:  # resume=True of a finished run: its result, nothing rewritten
             logging.getLogger(__name__).info("%s", finished)
             return RunResult(finished.run_dir, finished.metrics)

@@ -27,7 +27,7 @@ from accelerate.utils import DataLoaderConfiguration, GradientAccumulationPlugin
 from mpp.config.runtime import RuntimeConfig
 from mpp.config.building import save_config
 from mpp.errors import ConfigError, RunError
-from mpp.presets import FOR_A_CPU
+from mpp.commands import COMMANDS
 from mpp.private_apis import launched_on_cpu, launched_with_fsdp
 from mpp.run.directory import CONFIG_FILE, LOG_FILE, claim_output_dir, resolve_output_dir, runs_parent, write_metrics
 from mpp.run.lock import RunLock
@@ -132,8 +132,14 @@ def warn_of_gpu_settings_on_a_cpu(runtime: RuntimeConfig, device_type: str, pref
                                          ("compile=true", runtime.compile)) if on]
     if device_type == "cpu" and asked:
         logger.warning("this run asks for %s, a GPU's settings, on a CPU: it will be slow; "
-                       "--config recipes/configs/%s is sized for a CPU", " and ".join(asked),
-                       FOR_A_CPU.get(prefix, FOR_A_CPU["eval"]) + ".yaml")
+                       "--config %s is sized for a CPU", " and ".join(asked),
+                       COMMANDS[command_named_by(prefix)].cpu_preset)
+
+
+def command_named_by(prefix: str) -> str:
+    """The command whose run directories are ``runs/<prefix>-<date>-<time>``: MPP's are runs/mpp-..., and an
+    evaluation's name is its command's with hyphens (runs/linear-probe-...)."""
+    return "pretrain" if prefix == "mpp" else prefix.replace("-", "_")
 
 
 class Session:

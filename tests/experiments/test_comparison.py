@@ -19,7 +19,6 @@ from mpp.errors import ConfigError, DataError
 from mpp.experiments import comparison as comparison_module
 from mpp.experiments.comparison import compare, plan_runs, publish, results_table
 from mpp.experiments.config import ComparisonConfig
-from mpp.recipes import python_api
 from tests.launching import ROOT, run_here
 from tests.recipes.test_own_images import write_images
 
@@ -30,13 +29,13 @@ IMAGES = ["unlabelled=hf:/data/images", "labelled=hf:/data/labelled"]
 def test_each_seed_pre_trains_once_draws_its_labelled_images_and_reads_every_arm_after_it(tmp_path):
     cfg = build_config(ComparisonConfig, PRESET, [*IMAGES, f"output_dir={tmp_path}", "seeds=[3,4]",
                                                   "labelled_per_class=20", "scratch=[train.epochs=200]"])
-    runs = {run.name: run for run in plan_runs(cfg, ROOT)}
+    runs = {run.name: run for run in plan_runs(cfg)}
     assert sorted(runs) == sorted(f"{stage}-seed{seed}" for seed in (3, 4) for stage in (
         "pretrain/mpp", "finetune/mpp", "finetune/scratch", "finetune/random", "linear_probe/mpp",
         "linear_probe/random", "linear_probe/pixels", "knn/mpp", "knn/random", "knn/pixels"))
     pretraining = runs["pretrain/mpp-seed3"]
     assert "data.source=hf:/data/images" in pretraining.command and "seed=3" in pretraining.command
-    assert str(ROOT / "recipes" / "mpp.py") in pretraining.command
+    assert pretraining.command[:5] == (sys.executable, "-m", "mpp", "pretrain", "--config")  # the installed package
     for name, source in (("finetune/mpp", f"init={tmp_path}/pretrain/mpp-seed3"),
                          ("finetune/scratch", f"init=random:{tmp_path}/pretrain/mpp-seed3"),
                          ("finetune/random", f"init=random:{tmp_path}/pretrain/mpp-seed3"),
@@ -54,7 +53,7 @@ def test_each_seed_pre_trains_once_draws_its_labelled_images_and_reads_every_arm
 
 def test_the_images_are_required_and_few_shot_is_refused_by_name(tmp_path):
     with pytest.raises(ConfigError, match="^unlabelled and labelled must name your images as data.source does"):
-        compare(build_config(ComparisonConfig, PRESET, [f"output_dir={tmp_path}"]), ROOT)
+        compare(build_config(ComparisonConfig, PRESET, [f"output_dir={tmp_path}"]))
     assert not any(tmp_path.iterdir())  # refused before anything was written
     with pytest.raises(ConfigError, match="^few_shot: the comparison reads no few-shot regression"):
         build_config(ComparisonConfig, PRESET, [*IMAGES, "few_shot=[few_shot.seeds=2]"])
@@ -75,7 +74,7 @@ def checked(tmp_path, folders, *overrides: str) -> None:
                                                   f"labelled=folder:{folders['train']}",
                                                   f"output_dir={tmp_path / 'comparison'}", "labelled_per_class=0",
                                                   *overrides])  # the preset's 100 per class: more than these have
-    compare(cfg, ROOT)
+    compare(cfg)
 
 
 def test_a_mistyped_key_or_labelled_images_that_cannot_serve_are_refused_before_anything_runs(tmp_path, folders,
@@ -123,11 +122,10 @@ def test_a_class_of_one_image_and_test_images_also_unlabelled_are_said_before_an
 
 def test_the_python_call_builds_the_config_the_command_line_does(tmp_path, monkeypatch):
     called = {}
-    monkeypatch.setattr(python_api, "run_comparison", lambda cfg, repository: called.update(cfg=cfg, repo=repository))
+    monkeypatch.setattr(comparison_module, "compare", lambda cfg: called.update(cfg=cfg))
     mpp.compare("hf:/data/images", "hf:/data/labelled", tmp_path, seeds=[0, 1], mpp=["train.epochs=200"])
     assert called["cfg"] == build_config(ComparisonConfig, PRESET, [*IMAGES, f"output_dir={tmp_path}", "seeds=[0,1]",
                                                                      "mpp=[train.epochs=200]"])
-    assert called["repo"] == ROOT
 
 
 def arm(*values: float) -> dict[str, list[float]]:
@@ -192,7 +190,7 @@ def test_with_the_papers_recipe_beside_both_arms_run_it_too_and_the_tables_read_
     paper = "paper_recipe=[augment.auto_augment=none,augment.mixup_alpha=0]"
     cfg = build_config(ComparisonConfig, PRESET, [*IMAGES, f"output_dir={tmp_path}", "seeds=[3]", paper,
                                                   "scratch=[train.epochs=200]"])
-    runs = {run.name: run for run in plan_runs(cfg, ROOT)}
+    runs = {run.name: run for run in plan_runs(cfg)}
     assert {"finetune/mpp_paper-seed3", "finetune/scratch_paper-seed3"} < set(runs) and len(runs) == 12
     for paper_arm, twin in (("mpp_paper", "mpp"), ("scratch_paper", "scratch")):
         command, regularised = runs[f"finetune/{paper_arm}-seed3"].command, runs[f"finetune/{twin}-seed3"].command
@@ -234,7 +232,7 @@ def test_the_results_are_copied_to_publish_dir_and_its_tables_written_again_from
     (published / "results.md").unlink()
     again = build_config(ComparisonConfig, PRESET, [f"output_dir={tmp_path / 'elsewhere'}",
                                                      f"publish_dir={published}", "tables_only=true"])
-    assert compare(again, ROOT)["table"] == table == (published / "results.md").read_text()
+    assert compare(again)["table"] == table == (published / "results.md").read_text()
     assert not (tmp_path / "elsewhere").exists()  # nothing ran
 
 

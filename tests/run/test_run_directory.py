@@ -38,9 +38,11 @@ def test_the_continue_command_is_the_same_one_with_resume_and_the_run_directory(
     run = started_run(tmp_path, "mpp-20261127-121500")
     checkpoint = run / "sweep" / "lr_0.1" / "checkpoints" / "step_00000040"  # a sweep point's: the run is above it
     monkeypatch.delenv("ACCELERATE_DYNAMO_BACKEND", raising=False)
-    monkeypatch.setattr(sys, "argv", ["recipes/mpp.py", "--config", "my preset.yaml", "train.steps=10",
-                                      "output_dir=elsewhere", "--resume"])
-    assert continue_command(checkpoint) == (f"{sys.executable} recipes/mpp.py --config 'my preset.yaml' "
-                                            f"train.steps=10 --resume output_dir={run}")
+    argv = ["--config", "my preset.yaml", "train.steps=10", "output_dir=elsewhere", "--resume"]
+    assert continue_command(checkpoint, ["recipes/mpp.py"], argv) == (
+        f"{sys.executable} recipes/mpp.py --config 'my preset.yaml' train.steps=10 --resume output_dir={run}")
+    assert continue_command(checkpoint, ["-m", "mpp", "pretrain"], argv) == (
+        f"{sys.executable} -m mpp pretrain --config 'my preset.yaml' train.steps=10 --resume output_dir={run}")
     monkeypatch.setenv("ACCELERATE_DYNAMO_BACKEND", "NO")  # started by accelerate launch
-    assert continue_command(checkpoint).startswith("accelerate launch recipes/mpp.py --config")
+    assert continue_command(checkpoint, ["-m", "mpp", "pretrain"], argv).startswith(
+        "accelerate launch -m mpp pretrain --config")

@@ -7,8 +7,8 @@ import logging
 import pytest
 
 from mpp.config.training import TrainConfig
+from mpp.presets import preset_path
 from mpp.run.session import warn_of_gpu_settings_on_a_cpu
-from tests.launching import ROOT
 
 
 @pytest.mark.parametrize("prefix", ["mpp", "supervised", "finetune", "linear-probe", "knn", "few-shot", "inspect"])
@@ -19,7 +19,7 @@ def test_bf16_or_compile_on_a_cpu_is_warned_of_in_one_line_naming_the_cpu_preset
         warn_of_gpu_settings_on_a_cpu(TrainConfig(), "cpu", prefix)  # fp32, eager: a CPU's own settings
     (message,) = [record.getMessage() for record in caplog.records]
     assert message.startswith("this run asks for mixed_precision=bf16 and compile=true, a GPU's settings, on a CPU: "
-                              "it will be slow; --config recipes/configs/")
-    preset = ROOT / message.split("--config ")[1].split()[0]
+                              "it will be slow; --config ")
+    preset = preset_path(message.split("--config ")[1].split()[0])  # a preset's name
     kind = {"mpp": "mpp", "supervised": "supervised", "finetune": "finetune"}.get(prefix, "eval")
     assert preset.is_file() and preset.stem.startswith(f"{kind}_") and preset.stem.endswith("_cpu"), message

@@ -12,13 +12,14 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
-from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, LinearProbeRunConfig, MPPRunConfig
+from mpp.config.runs import FinetuneRunConfig
 from mpp.config.building import build_config
 from mpp.errors import ConfigError
 from mpp.experiments.runner import claim_experiment
 from mpp.models.encoder import create_encoder
 from mpp.run.directory import write_metrics
 from mpp.training.checkpoint import checkpoint_path
+from mpp.experiments.checks import run_config
 from study.curve import (encoder_similarities, finished_run, last_fifths_training_accuracy, plan_runs,
                          pretraining_steps_per_epoch, swept_grid)
 from study.curve_config import LONGER, PretrainingCurveConfig
@@ -26,8 +27,6 @@ from study.curve_tables import curve_table, finetuned_table
 from tests.launching import ROOT, run_module_here
 
 CONFIGS = ROOT / "recipes" / "configs"
-RECIPE_CONFIGS = {"mpp.py": MPPRunConfig, "few_shot.py": FewShotRunConfig, "linear_probe.py": LinearProbeRunConfig,
-                  "finetune.py": FinetuneRunConfig}
 FINETUNED = {"finetune_preset": str(CONFIGS / "finetune_tiny_cpu.yaml"), "finetune_steps": 4,
              "finetune": ["train.steps=4", "train.global_batch_size=8", "train.warmup_steps=1", "train.log_every=2",
                           "finetune.sweep_lrs=[]"],
@@ -51,13 +50,12 @@ def tiny_config(tmp_path: Path, **changes) -> PretrainingCurveConfig:
 def test_one_pre_training_run_per_seed_is_read_at_initialisation_and_at_each_epochs_checkpoint(tmp_path):
     cfg = tiny_config(tmp_path, seeds=[3, 7])
     assert pretraining_steps_per_epoch(cfg) == 5
-    planned = plan_runs(cfg, ROOT, 5)
+    planned = plan_runs(cfg, 5)
     assert [run.name for run in planned[:2]] == ["pretrain/mpp-seed3", "pretrain/mpp-seed7"]  # the longest first
     runs = {run.name: run for run in planned}
     assert len(runs) == 2 + 2 * (1 + 2 * 3)  # the pixels twice; per seed: pre-training, 2 protocols x 3 lengths
     for seed in (3, 7):
-        pretraining = build_config(MPPRunConfig, runs[f"pretrain/mpp-seed{seed}"].command[3],
-                                   runs[f"pretrain/mpp-seed{seed}"].command[4:])
+        pretraining = run_config(runs[f"pretrain/mpp-seed{seed}"])
         assert (pretraining.train.steps, pretraining.train.checkpoint_every) == (10, 5)  # 2 epochs, one a checkpoint
         assert pretraining.train.keep_checkpoints >= 2 and pretraining.monitor.few_shot_every == 0
         for stage in ("probe", "few_shot"):
@@ -68,7 +66,7 @@ def test_one_pre_training_run_per_seed_is_read_at_initialisation_and_at_each_epo
                 assert f"init={cfg.output_dir}/pretrain/mpp-seed{seed}/checkpoints/step_{5 * epochs:08d}/" \
                        "model.safetensors" in run.command
     for run in runs.values():  # every command is a valid command line of its recipe
-        config = build_config(RECIPE_CONFIGS[Path(run.command[1]).name], run.command[3], run.command[4:])
+        config = run_config(run)
         assert config.output_dir == f"{cfg.output_dir}/{run.name}"
         if run.stage != "pretrain":
             assert config.eval.features == ("pixels" if "pixels" in run.name else "avg")
@@ -79,8 +77,8 @@ def test_one_pre_training_run_per_seed_is_read_at_initialisation_and_at_each_epo
 
 def test_a_curve_read_at_a_few_lengths_continues_at_more_checkpoints_of_the_same_pre_training_runs(tmp_path):
     cfg = tiny_config(tmp_path, epochs=[1], pretraining_epochs=4)
-    pretraining = plan_runs(cfg, ROOT, 5)[0]
-    mpp = build_config(MPPRunConfig, pretraining.command[3], pretraining.command[4:])
+    pretraining = plan_runs(cfg, 5)[0]
+    mpp = run_config(pretraining)
     assert (mpp.train.steps, mpp.train.keep_checkpoints) == (20, 5)  # 4 epochs of 5 steps, every epoch's checkpoint
     claim_experiment(cfg)
     finished = Path(cfg.output_dir) / pretraining.name  # a run finished: its settings are the experiment's now
@@ -88,7 +86,7 @@ def test_a_curve_read_at_a_few_lengths_continues_at_more_checkpoints_of_the_same
     (finished / "metrics.json").write_text("{}")
     longer = tiny_config(tmp_path, epochs=[1, 2, 4], pretraining_epochs=4)
     claim_experiment(longer)  # more lengths of the same runs: continued
-    assert plan_runs(longer, ROOT, 5)[0].command == pretraining.command
+    assert plan_runs(longer, 5)[0].command == pretraining.command
     with pytest.raises(ConfigError, match="holds an experiment with other settings"):
         claim_experiment(tiny_config(tmp_path, epochs=[1, 2]))  # runs of 2 epochs: others
     with pytest.raises(ConfigError, match="pretraining_epochs=4: set pretraining_epochs to 8 or more"):
@@ -181,28 +179,27 @@ def test_the_whole_curve_runs_writes_its_table_and_plot_and_a_rerun_redoes_nothi
 
 def test_fine_tuned_the_encoder_at_each_length_meets_a_vit_from_scratch_trained_as_long(tmp_path):
     cfg = tiny_config(tmp_path, seeds=[3, 7], **FINETUNED)
-    planned = plan_runs(cfg, ROOT, 5)
+    planned = plan_runs(cfg, 5)
     names = [run.name for run in planned]
     # Pre-training first, then the runs from scratch, the longest first (they need no pre-training), then the rest.
     assert names[:4] == ["pretrain/mpp-seed3", "pretrain/mpp-seed7", "scratch/epoch2-seed3", "scratch/epoch2-seed7"]
     assert len(planned) == 2 + 2 * (1 + 2 * 3) + 2 * 2 * 2  # the frozen curve's, then per seed and length two runs
     runs = {run.name: run for run in planned}
     for seed in (3, 7):
-        pretraining = build_config(MPPRunConfig, runs[f"pretrain/mpp-seed{seed}"].command[3],
-                                   runs[f"pretrain/mpp-seed{seed}"].command[4:])
+        pretraining = run_config(runs[f"pretrain/mpp-seed{seed}"])
         assert pretraining.train.log_every == 5  # MPP's accuracy logged at every epoch's end
         for epochs in (1, 2):
             finetuned, scratch = runs[f"finetune/epoch{epochs}-seed{seed}"], runs[f"scratch/epoch{epochs}-seed{seed}"]
             assert finetuned.after == f"pretrain/mpp-seed{seed}" and scratch.after is None
             assert f"init={cfg.output_dir}/pretrain/mpp-seed{seed}/checkpoints/step_{5 * epochs:08d}/" \
                    "model.safetensors" in finetuned.command
-            from_scratch = build_config(FinetuneRunConfig, scratch.command[3], scratch.command[4:])
+            from_scratch = run_config(scratch)
             assert from_scratch.train.steps == 5 * epochs + 4 and from_scratch.init == ""  # as long as both together
             assert from_scratch.train.warmup_steps == 2 and from_scratch.data.subset_seed == seed
-            assert build_config(FinetuneRunConfig, finetuned.command[3], finetuned.command[4:]).train.steps == 4
+            assert run_config(finetuned).train.steps == 4
     # tune_once: the first seed's sweep chooses each run's rate, at each length; the other seeds train at it.
     once = {run.name: run for run in plan_runs(tiny_config(tmp_path, seeds=[3, 7], tune_once=True, **{
-        **FINETUNED, "finetune": [*FINETUNED["finetune"][:-1], "finetune.sweep_lrs=[0.01,0.1]"]}), ROOT, 5)}
+        **FINETUNED, "finetune": [*FINETUNED["finetune"][:-1], "finetune.sweep_lrs=[0.01,0.1]"]}), 5)}
     for start in ("finetune", "scratch"):
         assert once[f"{start}/epoch2-seed3"].also_after == () and "finetune.sweep_lrs=[]" not in \
             once[f"{start}/epoch2-seed3"].command
@@ -219,24 +216,24 @@ def test_the_longest_lengths_encoder_is_also_fine_tuned_longer_in_runs_a_finishe
     claim_experiment(cfg)
     longer_cfg = tiny_config(tmp_path, seeds=[3, 7], tune_once=True, longer_finetune_steps=12, **tuned_once)
     claim_experiment(longer_cfg)  # the same experiment, continued with the longer runs
-    planned = plan_runs(longer_cfg, ROOT, 5)
+    planned = plan_runs(longer_cfg, 5)
     longer = [run for run in planned if run.stage == LONGER]
-    assert [run for run in planned if run not in longer] == plan_runs(cfg, ROOT, 5)  # no run of the curve changes
+    assert [run for run in planned if run not in longer] == plan_runs(cfg, 5)  # no run of the curve changes
     assert [run.name for run in longer] == [f"{LONGER}/epoch2-seed3", f"{LONGER}/epoch2-seed7"]  # the longest alone
     for run, seed in zip(longer, (3, 7), strict=True):
         assert run.after == f"pretrain/mpp-seed{seed}"
         assert f"init={cfg.output_dir}/pretrain/mpp-seed{seed}/checkpoints/step_00000010/model.safetensors" \
                in run.command
-        tuned = build_config(FinetuneRunConfig, run.command[3], run.command[4:])
+        tuned = run_config(run)
         assert tuned.train.steps == 12 and tuned.train.warmup_steps == 1  # the same recipe, only longer
     assert longer[0].also_after == () and "finetune.sweep_lrs=[0.01,0.1]" in longer[0].command  # its own sweep
     assert longer[1].also_after == (f"{LONGER}/epoch2-seed3",)
     (Path(cfg.output_dir) / longer[0].name).mkdir(parents=True)
     write_metrics(Path(cfg.output_dir) / longer[0].name, {"step": 12, "chosen_lr": 0.03})  # inside its grid
-    assert plan_runs(longer_cfg, ROOT, 5)  # finished at the steps asked: read as it is
+    assert plan_runs(longer_cfg, 5)  # finished at the steps asked: read as it is
     other = tiny_config(tmp_path, seeds=[3, 7], tune_once=True, longer_finetune_steps=20, **tuned_once)
     with pytest.raises(ConfigError, match="fine-tuned 12 steps, not longer_finetune_steps=20: set it back to 12"):
-        plan_runs(other, ROOT, 5)  # another length under a finished run would be read as this one
+        plan_runs(other, 5)  # another length under a finished run would be read as this one
     for steps, fix in ((4, "more steps than finetune_steps=4"), (12, "needs a finetune_preset")):
         with pytest.raises(ConfigError, match=fix):
             tiny_config(tmp_path, longer_finetune_steps=steps, **(FINETUNED if steps == 4 else {}))
@@ -253,7 +250,7 @@ def test_a_lengths_rate_chosen_at_its_grids_edge_is_swept_again_over_a_widened_g
 
     finish("scratch/epoch2-seed3", chosen_lr=0.1)  # the top of its grid
     finish("finetune/epoch2-seed3", chosen_lr=0.1 / 3)  # inside: not widened
-    runs = {run.name: run for run in plan_runs(cfg, ROOT, 5)}
+    runs = {run.name: run for run in plan_runs(cfg, 5)}
     assert "finetune/epoch2-seed7" in runs and "finetune/epoch2-widened1-seed3" not in runs
     widened = runs["scratch/epoch2-widened1-seed3"]
     assert "finetune.sweep_lrs=[0.01,0.1,0.3]" in widened.command and "scratch/epoch2-seed7" not in runs

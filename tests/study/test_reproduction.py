@@ -12,17 +12,10 @@ import pytest
 import yaml
 
 from mpp.config.building import build_config
-from mpp.config.runs import (
-    FewShotRunConfig,
-    FinetuneRunConfig,
-    KnnRunConfig,
-    LinearProbeRunConfig,
-    MPPRunConfig,
-    SupervisedRunConfig,
-)
 from mpp.errors import ConfigError
 from mpp.evaluation.statistics import PairedDifference
 from mpp.experiments.runner import Run
+from mpp.experiments.checks import run_config
 from study.learning_rate_widening import finished_widenings, widened_grid
 from study.primary_family import CLAIMS
 from study.reproduction import (
@@ -57,8 +50,6 @@ TINY = {  # every run a few steps of a one-block ViT on 16x16 shapes
     "parallel_runs": 2,
     "chance_margin": 0.0,  # a few steps do not leave chance
 }
-RECIPE_CONFIGS = {"mpp.py": MPPRunConfig, "supervised.py": SupervisedRunConfig, "finetune.py": FinetuneRunConfig,
-                  "few_shot.py": FewShotRunConfig, "linear_probe.py": LinearProbeRunConfig, "knn.py": KnnRunConfig}
 # Per seed: few-shot on raw pixels, logistic regression and kNN on the labelled images; once: both on all images
 BASELINE_RUNS = {"seed": 3, "once": 2}
 ROW_RUNS = 7  # per row and seed: fine-tuning, few-shot through 2 readouts, logistic regression and kNN through 2
@@ -72,7 +63,7 @@ def tiny_config(tmp_path: Path, **changes) -> ReproductionConfig:
 
 def test_the_plan_runs_every_row_for_every_seed_each_after_its_own_pre_training(tmp_path):
     cfg = tiny_config(tmp_path, seeds=[3, 7])
-    runs = plan_runs(cfg, ROOT)
+    runs = plan_runs(cfg)
     stages = [run.stage for run in runs]
     first_pretraining = stages.index("pretrain")  # the raw-pixel baselines start first, then pre-training
     assert all(run.after is None and "eval.features=pixels" in run.command for run in runs[:first_pretraining])
@@ -94,7 +85,7 @@ def test_the_plan_runs_every_row_for_every_seed_each_after_its_own_pre_training(
             if row.pretraining:
                 assert set(row.overrides) <= set(by_name[source].command)
     for run in runs:  # every command is a valid command line of its recipe
-        config = build_config(RECIPE_CONFIGS[Path(run.command[1]).name], run.command[3], run.command[4:])
+        config = run_config(run)
         assert config.output_dir == f"{cfg.output_dir}/{run.name}" and config.seed in (3, 7)
         if run.stage == "finetune":
             assert config.data.subset_seed == config.seed  # each seed its own labelled subset
@@ -114,7 +105,7 @@ def test_a_preset_lists_its_own_rows_and_claims_and_the_plan_follows_them(tmp_pa
     cfg = tiny_config(tmp_path, seeds=[0], rows=rows, claims=[{"claim": "pixels beat nothing", "better": "pixels",
                                                                 "worse": "none"}])
     assert [row.name for row in cfg.rows] == ["none", "pixels"] and cfg.claims[0].better == "pixels"
-    runs = {run.name: run for run in plan_runs(cfg, ROOT)}
+    runs = {run.name: run for run in plan_runs(cfg)}
     assert {name for name in runs if name.startswith(("pretrain/", "finetune/"))} == {
         "pretrain/pixels-seed0", "finetune/none-seed0", "finetune/pixels-seed0"}
     assert "mpp.target=pixels" in runs["pretrain/pixels-seed0"].command
@@ -132,16 +123,16 @@ def test_a_preset_lists_its_own_rows_and_claims_and_the_plan_follows_them(tmp_pa
     # tune_once: the first seed's sweep chooses each row's rate; the other seeds train at it, after that run.
     once = tiny_config(tmp_path, seeds=[0, 5], rows=rows, claims=[], tune_once=True,
                        finetune=[*TINY["finetune"], "finetune.sweep_lrs=[0.1,0.3]"])
-    runs = {run.name: run for run in plan_runs(once, ROOT)}
+    runs = {run.name: run for run in plan_runs(once)}
     first, other = runs["finetune/pixels-seed0"], runs["finetune/pixels-seed5"]
     assert first.also_after == () and not any(arg.startswith("finetune.lr_from") for arg in first.command)
     assert other.also_after == ("finetune/pixels-seed0",) and other.after == "pretrain/pixels-seed5"
     assert {"finetune.sweep_lrs=[]", f"finetune.lr_from={once.output_dir}/finetune/pixels-seed0"} <= set(other.command)
-    config = build_config(FinetuneRunConfig, other.command[3], other.command[4:])
+    config = run_config(other)
     assert config.finetune.sweep_lrs == () and config.finetune.lr_from.endswith("finetune/pixels-seed0")
     assert runs["finetune/none-seed5"].also_after == ("finetune/none-seed0",)
     longer = tiny_config(tmp_path, seeds=[0], rows=rows, claims=[], scratch_finetune=["train.steps=7"])
-    runs = {run.name: run for run in plan_runs(longer, ROOT)}
+    runs = {run.name: run for run in plan_runs(longer)}
     assert "train.steps=7" in runs["finetune/none-seed0"].command  # the from-scratch row trains longer ...
     assert "train.steps=7" not in runs["finetune/pixels-seed0"].command  # ... than the pre-trained ones
     with pytest.raises(ConfigError, match="claims: 'x' compares 'pixels' with 'scratch', and the rows are none, "
@@ -155,7 +146,7 @@ def test_a_preset_lists_its_own_rows_and_claims_and_the_plan_follows_them(tmp_pa
 
 def test_fine_tuning_on_all_the_labels_fits_each_raw_pixel_baseline_once_per_seed_and_says_so(tmp_path):
     cfg = tiny_config(tmp_path, seeds=[0, 1], finetune=[*TINY["finetune"], "data.shots_per_class=0"])
-    names = [run.name for run in plan_runs(cfg, ROOT)]
+    names = [run.name for run in plan_runs(cfg)]
     # One fit to all the labels, which are the labelled images: the same for every seed.
     assert [name for name in names if name.startswith("baseline/")] == [
         f"baseline/pixels-{script}-all-seed0" for script in ("linear_probe", "knn")]
@@ -173,12 +164,11 @@ def test_fine_tuning_on_all_the_labels_fits_each_raw_pixel_baseline_once_per_see
 @pytest.mark.parametrize("preset", sorted(STUDY_CONFIGS.glob("reproduce_*.yaml")), ids=lambda path: path.stem)
 def test_every_shipped_experiment_plans_runs_its_recipes_accept(preset, monkeypatch):
     monkeypatch.chdir(ROOT)  # the presets name the stage presets from the repository root, as the README runs them
-    runs = plan_runs(build_config(ReproductionConfig, preset), ROOT)
+    runs = plan_runs(build_config(ReproductionConfig, preset))
     assert runs, f"{preset.name} plans no run"
     for run in runs:
-        script = next(Path(arg) for arg in run.command if arg.endswith(".py"))
-        arguments = run.command[run.command.index(str(script)) + 1:]
-        build_config(RECIPE_CONFIGS[script.name], arguments[1], arguments[2:])
+        assert run.command[1:3] == ("-m", "mpp")
+        run_config(run)
 
 
 def example_results() -> dict:
@@ -328,18 +318,18 @@ def test_tables_only_rewrites_the_published_tables_plots_and_page_from_results_j
     (published / "results.md").write_text("an old table\n")
     page.write_text("# Title\n<!-- results: experiment -->\nold\n<!-- /results: experiment -->\n")
     cfg = tiny_config(tmp_path, seeds=[0, 1], publish_dir=str(published), results_page=str(page), tables_only=True)
-    results = reproduce(cfg, ROOT)
+    results = reproduce(cfg)
     table = (published / "results.md").read_text()
     assert table == results["table"] and "| +19.0 [+6.3, +31.7], shown (p 0.033) |" in table
     # The runs that ran, as results.json records them, not those today's plan would run.
-    planned = len(plan_runs(cfg, ROOT))
+    planned = len(plan_runs(cfg))
     assert planned and planned != 57
     assert table.endswith("\n57 runs, 2 at a time, in 10 min of wall time.\n")
     assert f"<!-- results: experiment -->\n{table}<!-- /results: experiment -->" in page.read_text()
     assert (published / "finetune_accuracy.png").read_bytes().startswith(b"\x89PNG")
     assert not (tmp_path / "experiment").exists()  # nothing ran
     with pytest.raises(ConfigError, match="run the experiment first"):
-        reproduce(tiny_config(tmp_path, tables_only=True), ROOT)
+        reproduce(tiny_config(tmp_path, tables_only=True))
 
 
 @pytest.mark.slow
@@ -431,7 +421,7 @@ def test_a_results_page_without_its_results_section_is_refused_before_any_run(tm
     page.write_text("# Title\n<!-- results: other -->\n<!-- /results: other -->\n")
     cfg = tiny_config(tmp_path, results_page=str(page))
     with pytest.raises(ConfigError, match="<!-- results: experiment -->"):
-        reproduce(cfg, ROOT)
+        reproduce(cfg)
     assert not (tmp_path / "experiment").exists()
 
 
@@ -549,7 +539,7 @@ def test_a_rerun_sweeps_a_row_again_over_a_widened_grid_once_its_sweeps_chose_an
     output_dir = Path(cfg.output_dir)
 
     def finetuning() -> dict[str, Run]:
-        return {run.name: run for run in plan_runs(cfg, ROOT) if run.stage == "finetune"}
+        return {run.name: run for run in plan_runs(cfg) if run.stage == "finetune"}
 
     finish(output_dir, "finetune/none-seed0", chosen_lr=0.3)
     assert set(finetuning()) == {f"finetune/{row}-seed{seed}" for row in ("none", "pixels") for seed in (0, 1)}
@@ -557,9 +547,9 @@ def test_a_rerun_sweeps_a_row_again_over_a_widened_grid_once_its_sweeps_chose_an
     runs = finetuning()
     assert set(runs) == {"finetune/none-widened1-seed0", "finetune/none-widened1-seed1", "finetune/pixels-seed0",
                          "finetune/pixels-seed1"}
-    widened = runs["finetune/none-widened1-seed1"].command
-    assert "finetune.sweep_lrs=[0.03,0.1,0.3,0.9]" in widened
-    assert build_config(FinetuneRunConfig, widened[3], widened[4:]).finetune.sweep_lrs == (0.03, 0.1, 0.3, 0.9)
+    widened = runs["finetune/none-widened1-seed1"]
+    assert "finetune.sweep_lrs=[0.03,0.1,0.3,0.9]" in widened.command
+    assert run_config(widened).finetune.sweep_lrs == (0.03, 0.1, 0.3, 0.9)
     # The results read the last grid every seed finished.
     assert finished_widenings(output_dir, "finetune/none", 0) == 0
     for seed, chosen in ((0, 0.9), (1, 0.3)):  # the widened grid's top again: widened once more
@@ -570,7 +560,7 @@ def test_a_rerun_sweeps_a_row_again_over_a_widened_grid_once_its_sweeps_chose_an
     once = tiny_config(tmp_path, output_dir=str(tmp_path / "once"), seeds=[0, 5], rows=TWO_ROWS, claims=[],
                        tune_once=True, finetune=[*TINY["finetune"], "finetune.sweep_lrs=[0.03,0.1,0.3]"])
     finish(Path(once.output_dir), "finetune/none-seed0", chosen_lr=0.03)
-    runs = {run.name: run for run in plan_runs(once, ROOT)}
+    runs = {run.name: run for run in plan_runs(once)}
     assert "finetune.sweep_lrs=[0.01,0.03,0.1,0.3]" in runs["finetune/none-widened1-seed0"].command
     other = runs["finetune/none-widened1-seed5"]
     assert other.also_after == ("finetune/none-widened1-seed0",)
@@ -581,9 +571,9 @@ def fake_finished_experiment(cfg: ReproductionConfig) -> None:
     """Every run of ``cfg``'s plan finished, with the metrics (and, where read, the config) the results read: each
     row's fine-tuning scores 0.1 more per row down the grid, plus 0.01 x the seed."""
     output_dir = Path(cfg.output_dir)
-    for run in plan_runs(cfg, ROOT):
-        script = Path(run.command[1]).stem
-        config = build_config(RECIPE_CONFIGS[f"{script}.py"], run.command[3], run.command[4:])
+    for run in plan_runs(cfg):
+        script = run.command[run.command.index("--config") - 1]  # python -m mpp <command> --config ...
+        config = run_config(run)
         row = next((index for index, row in enumerate(cfg.rows) if f"/{row.name}-" in run.name), 0)
         accuracy = 0.1 * row + 0.01 * config.seed
         fit = {"test_accuracy": accuracy, "test_balanced_accuracy": accuracy, "k": 3}
@@ -592,7 +582,7 @@ def fake_finished_experiment(cfg: ReproductionConfig) -> None:
                    "few_shot": {"few_shot": {"1": {"mean": accuracy, "balanced_mean": accuracy}},
                                 "features": config.eval.features if script == "few_shot" else None},
                    "linear_probe": {script: fit, "train_images": 40}, "knn": {script: fit, "train_images": 40},
-                   "mpp": {}, "supervised": {"test_accuracy": accuracy}}[script]
+                   "pretrain": {}, "supervised": {"test_accuracy": accuracy}}[script]
         finish(output_dir, run.name, **metrics)
         (output_dir / run.name / "config.yaml").write_text(yaml.safe_dump({
             "finetune": {"sweep_lrs": [0.03, 0.1, 0.3]}, "monitor": {"few_shot_every": 0}}))
@@ -640,5 +630,5 @@ def test_a_sweeps_validation_split_below_a_fifth_of_the_labels_or_200_images_is_
     check_validation_split(tiny_config(tmp_path, finetune=[*sweep, "data.shots_per_class=0"]))  # all labels: the data's
     # Refused before anything runs.
     with pytest.raises(ConfigError, match="finetune.sweep_holdout_fraction"):
-        reproduce(tiny_config(tmp_path, finetune=sweep), ROOT)
+        reproduce(tiny_config(tmp_path, finetune=sweep))
     assert not (tmp_path / "experiment").exists()

@@ -110,9 +110,9 @@ def test_every_section_of_the_results_page_is_what_its_command_writes_from_the_p
             confirmatory_test(build_config(ConfirmatoryConfig, preset,
                                            [*overrides, f"output_dir={tmp_path / 'runs' / name}"]))
         elif preset.stem.startswith("curve"):
-            pretraining_curve(build_config(PretrainingCurveConfig, preset, overrides), ROOT)
+            pretraining_curve(build_config(PretrainingCurveConfig, preset, overrides))
         else:
-            reproduce(build_config(ReproductionConfig, preset, overrides), ROOT)
+            reproduce(build_config(ReproductionConfig, preset, overrides))
         assert (published / "results.md").read_text() == (ROOT / "results" / name / "results.md").read_text(), name
     assert page.read_text() == PAGE.read_text(), ("docs/results.md's tables differ from what the experiments' "
                                                   "commands write now: run each with tables_only=true")
