@@ -72,6 +72,13 @@ def run_here(*args: str, script: Path = RECIPE, check: bool = True) -> subproces
     return reported_here([str(script), *args], recipe.cli, check)
 
 
+def run_command_here(command: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """``python -m mpp command args`` run in this process, reported as run_here reports a recipe."""
+    from mpp.command_line import main
+
+    return reported_here(["mpp", command, *args], lambda: main([command, *args]), check)
+
+
 def run_module_here(module: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     """``python -m module args`` run in this process (the module's ``cli``), reported as run_here reports a recipe."""
     return reported_here([module, *args], importlib.import_module(module).cli, check)
@@ -112,19 +119,21 @@ def reported_here(argv: list[str], main: Callable[[], object], check: bool) -> s
 
 
 class RunHere:
-    """In an experiment's runner, in place of ``subprocess.Popen``: the run's script run in this process
-    (``run_here``), to its end, one run at a time; its console output written where the process's would go."""
+    """In an experiment's runner, in place of ``subprocess.Popen``: the run's command (``python -m mpp <command>``)
+    run in this process (``run_command_here``), to its end, one run at a time; its console output written where the
+    process's would go."""
 
     one_at_a_time = threading.Lock()
 
     def __init__(self, command: tuple[str, ...], stdout: io.TextIOBase, stderr: int) -> None:
-        python, script, *args = command
-        assert python == sys.executable, command  # another launcher is a process the runner starts
+        python, module_flag, package, name, *args = command
+        assert (python, module_flag, package) == (sys.executable, "-m", "mpp"), command  # another launcher is a
+        # process the runner starts
         root = logging.getLogger()
         with self.one_at_a_time:
             handlers, level = root.handlers[:], root.level  # the experiment's console, which a recipe sets anew
             try:
-                result = run_here(*args, script=Path(script), check=False)
+                result = run_command_here(name, *args, check=False)
             finally:
                 root.handlers[:], root.level = handlers, level
         stdout.write(result.stderr)

@@ -62,7 +62,8 @@ def test_the_python_api_pretrains_finetunes_and_evaluates_from_an_installed_whee
     write_images(work / "images", 8, {"all": (200, 60, 40)})
     for split, count in (("train", 6), ("val", 4)):
         write_images(work / split, count, {"circles": (30, 90, 200), "leaves": (40, 160, 60)})
-    schedule = "train.steps=2,train.epochs=null,train.warmup_steps=1,train.global_batch_size=4,train.log_every=1"
+    schedule = ("train.steps=2,train.epochs=null,train.warmup_steps=1,train.warmup_epochs=null,"
+                "train.global_batch_size=4,train.log_every=1")
     ended = subprocess.run([*python, "-m", "mpp", "compare", "unlabelled=folder:images", "labelled=folder:train",
                             "data=[data.eval_folder=val]", "output_dir=comparison", "seeds=[0]", f"launcher={python}",
                             "encoder=[model.img_size=16,model.patch_size=4,model.embed_dim=16,model.depth=1]",
