@@ -15,6 +15,7 @@ from typing import Any
 
 __version__ = version("mpp")  # pyproject.toml's project.version, the one place the version is written
 PYTHON_API = ("pretrain", "finetune", "evaluate", "compare", "RunResult")
+__all__ = ["__version__", *PYTHON_API]
 
 
 def __getattr__(name: str) -> Any:

@@ -19,6 +19,9 @@ from mpp.config.building import parse_command_line
 from mpp.errors import RunError, RunFinished
 from mpp.presets import preset_names
 
+__all__ = ["main", "run_command", "run_recipe"]  # what study/, tools/ and users may import from here
+
+
 logger = logging.getLogger(__name__)
 
 

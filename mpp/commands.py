@@ -14,6 +14,8 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any, Literal
 
+__all__ = ["COMMANDS", "Command"]  # what study/, tools/ and users may import from here
+
 
 @dataclass(frozen=True)
 class Command:

@@ -6,6 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+# what study/, tools/ and users may import from here
+__all__ = [
+    "ConfigError", "DataError", "RunError", "RunFinished",
+]
+
+
 
 class RunError(Exception):
     """A run cannot start or go on, for a reason the user can act on; the message says what to do. Entry points print

@@ -18,6 +18,8 @@ from typing import Union
 
 import torch
 
+__all__ = ["keys_of"]  # what study/, tools/ and users may import from here
+
 LOW32 = 0xFFFFFFFF
 Key = Union[int, torch.Tensor]  # a Python int, or an int64 tensor of them (any values, negative ones included)
 

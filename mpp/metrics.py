@@ -12,6 +12,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+__all__ = ["majority_class_accuracy"]  # what study/, tools/ and users may import from here
+
 
 def class_hits(predictions: torch.Tensor, labels: torch.Tensor, num_classes: int) -> torch.Tensor:
     """(K 2) int64: per class, the images predicted right and the images seen, of these (n) predictions and labels.

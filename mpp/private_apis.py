@@ -20,6 +20,8 @@ from timm.models.vision_transformer import VisionTransformer
 from torch.optim.optimizer import _get_capturable_supported_devices
 from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
+__all__ = ["saved_model_file"]  # what study/, tools/ and users may import from here
+
 ModuleClass = TypeVar("ModuleClass", bound=type[torch.nn.Module])
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import torch
 
+__all__ = ["unit_interval"]  # what study/, tools/ and users may import from here
+
 
 def unit_interval(images: torch.Tensor) -> torch.Tensor:
     """Raw images as float in [0, 1]: uint8 ones scaled on whatever device they reached, float ones unchanged."""

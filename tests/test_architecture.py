@@ -6,6 +6,7 @@ Every ``import`` counts, at module level or inside a function, since a lazy impo
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 from typing import Optional
 
@@ -195,3 +196,34 @@ def test_the_study_and_the_tools_use_no_private_name_of_the_package():
             if private:
                 found[str(path.relative_to(root))] = private
     assert not found, f"private names of the package used beside it: {found}"
+
+
+def imports_beside_the_package() -> list[tuple[str, str, str]]:
+    """(file, module, name) of every name study/ and tools/ import from the package."""
+    root = Path(__file__).parents[1]
+    found = []
+    for path in sorted([*(root / "study").rglob("*.py"), *(root / "tools").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "mpp":
+                found += [(str(path.relative_to(root)), node.module, alias.name) for alias in node.names]
+            elif isinstance(node, ast.Import):
+                found += [(str(path.relative_to(root)), alias.name, "") for alias in node.names
+                          if alias.name.split(".")[0] == "mpp"]
+    return found
+
+
+def test_the_study_and_the_tools_import_only_what_a_module_declares():
+    """study/ and tools/ reach the package through its declared API: each name they import is in its module's
+    ``__all__``, which is widened there, on purpose, where they need more; no bare ``import mpp.<module>``."""
+    found = imports_beside_the_package()
+    assert len(found) > 50  # the check sees what it looks for
+    undeclared = [f"{file}: from {module} import {name}" for file, module, name in found
+                  if name not in getattr(importlib.import_module(module), "__all__", ())]
+    assert not undeclared, "names used beside the package that their module does not declare:\n" + "\n".join(
+        undeclared)
+
+
+def test_every_declared_name_is_defined_in_its_module():
+    for module in [name for name in modules() if not name.endswith("__main__")]:  # a __main__ runs when imported
+        declared = getattr(importlib.import_module(module), "__all__", ())
+        assert [name for name in declared if not hasattr(importlib.import_module(module), name)] == [], module

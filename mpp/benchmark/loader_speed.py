@@ -61,6 +61,11 @@ from mpp.keyed_random import KeyedDraws, keys_of
 from mpp.models.encoder import encoder_structure
 from mpp.presets import preset_path
 
+# The names meant for use outside the package (study/, tools/ and users)
+__all__ = [
+    "imagenet_like_jpeg", "synthetic_jpegs", "write_labelled_jpegs",
+]
+
 FILE_IMAGES = 2048  # images written for the file-based sources
 FILE_IMAGE_SIZE = 128  # their side in pixels: decoding costs more than for 32x32 arrays, as with real photos
 IMAGENET_ASPECTS = (4 / 3, 4 / 3, 4 / 3, 3 / 4, 3 / 2, 2 / 3, 1.0, 5 / 4, 16 / 9)  # width / height, as ImageNet's

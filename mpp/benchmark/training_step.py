@@ -51,6 +51,8 @@ from mpp.models.encoder import create_encoder, encoder_structure
 from mpp.training.optimizer import create_optimizer
 from mpp.presets import preset_path
 
+__all__ = ["measure_interleaved"]  # what study/, tools/ and users may import from here
+
 DEFAULT_PRESET = "mpp_tiny_cpu"
 PEER_VERSION = "1.16.0"
 ROWS = ("supervised", "mpp", "vit-pytorch")

@@ -25,6 +25,12 @@ from mpp.config.help import keys_help
 from mpp.errors import ConfigError
 from mpp.presets import preset_names, preset_path
 
+# what study/, tools/ and users may import from here
+__all__ = [
+    "build_config", "config_keys", "config_to_dict", "parse_command_line", "save_config",
+]
+
+
 
 def config_keys(cls: type) -> list[str]:
     """Every settable dotted key of a config dataclass, in declaration order."""

@@ -8,6 +8,8 @@ from typing import ClassVar, Literal, Optional
 
 from mpp.errors import ConfigError
 
+__all__ = ["Pooling"]  # what study/, tools/ and users may import from here
+
 
 Pooling = Literal["token", "avg"]  # the [class] token's output after the final norm, or the patch tokens' mean (D.3)
 

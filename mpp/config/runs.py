@@ -20,6 +20,13 @@ from mpp.config.training import (
     supervised_training,
 )
 
+# what study/, tools/ and users may import from here
+__all__ = [
+    "FewShotRunConfig", "FinetuneRunConfig", "InspectionRunConfig", "KnnRunConfig", "LinearProbeRunConfig",
+    "MPPRunConfig", "SupervisedRunConfig",
+]
+
+
 
 @dataclass
 class RunConfig:

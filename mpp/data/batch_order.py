@@ -25,6 +25,8 @@ from mpp.config.training import TrainConfig
 from mpp.errors import ConfigError
 from mpp.private_apis import process_share_of_batches, seedable_shuffle
 
+__all__ = ["steps_per_epoch"]  # what study/, tools/ and users may import from here
+
 EpochPosition = tuple[int, int]  # (epoch, position in the dataset)
 
 

@@ -11,6 +11,11 @@ import torch
 from mpp.data.image_source import ArraySource
 from mpp.errors import DataError
 
+# The names meant for use outside the package (study/, tools/ and users)
+__all__ = [
+    "DEFAULT_DIR", "FILES", "find_file",
+]
+
 DEFAULT_DIR = Path("/usr/share/datasets/fashion-mnist")  # where the Debian package dataset-fashion-mnist puts it
 FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"), "test": ("t10k-images-idx3-ubyte",
                                                                                      "t10k-labels-idx1-ubyte")}

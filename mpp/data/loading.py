@@ -27,6 +27,11 @@ from mpp.data.transforms import image_view
 from mpp.errors import DataError
 from mpp.private_apis import forget_prepared_loader
 
+# The names meant for use outside the package (study/, tools/ and users)
+__all__ = [
+    "build_dataset", "check_batch_fits", "sample_images",
+]
+
 logger = logging.getLogger(__name__)
 
 

@@ -27,6 +27,8 @@ import torch
 from mpp.data.image_source import BatchSource
 from mpp.errors import DataError
 
+__all__ = ["ShapesSource", "copy_masks"]  # what study/, tools/ and users may import from here
+
 SPLIT_SIZES = {"train": 50_000, "test": 10_000}
 NOISE_PATTERNS = 16  # pixel-noise images, one drawn at random per image: texture only, so a few suffice
 COPIES = 3  # of the shape in each image

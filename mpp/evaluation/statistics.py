@@ -13,6 +13,12 @@ import statistics
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+# The names meant for use outside the package (study/, tools/ and users)
+__all__ = [
+    "PairedDifference", "describe_difference", "holm_adjusted", "paired_difference", "paired_t_power",
+    "seeds_for_power", "student_t_two_sided_p",
+]
+
 MOST_SEEDS = 1000  # seeds_for_power gives up beyond this
 NO_SPREAD = 1e-9  # paired differences whose SD is below this share of their size are taken as all equal
 PLANNED_POWER = 0.8  # the power a table's "N seeds for power 0.8" plans for, at level 0.05

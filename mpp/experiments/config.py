@@ -9,6 +9,11 @@ from typing import ClassVar
 from mpp.errors import ConfigError
 from mpp.presets import preset_names, preset_path
 
+# The names meant for use outside the package (study/, tools/ and users)
+__all__ = [
+    "ComparisonConfig", "ExperimentConfig",
+]
+
 
 @dataclass
 class ExperimentConfig:

@@ -15,6 +15,12 @@ from mpp.errors import ConfigError
 from mpp.evaluation.statistics import PairedDifference, describe_difference, holm_adjusted
 from mpp.experiments.config import ExperimentConfig
 
+# The names meant for use outside the package (study/, tools/ and users)
+__all__ = [
+    "Comparison", "comparison_table", "copy_to_publish_dir", "holm_summary", "markdown_table", "mean_std",
+    "measured_cell", "percent", "publish_table",
+]
+
 
 def mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0

@@ -32,6 +32,11 @@ from mpp.experiments.config import ExperimentConfig
 from mpp.experiments.publishing import published_results
 from mpp.run.directory import METRICS_FILE, read_metrics
 
+# The names meant for use outside the package (study/, tools/ and users)
+__all__ = [
+    "Run", "at_first_seeds_rate", "claim_experiment", "execute", "recipe_command", "run_experiment",
+]
+
 logger = logging.getLogger(__name__)
 
 

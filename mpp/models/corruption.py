@@ -14,6 +14,8 @@ import torch
 
 from mpp.keyed_random import KeyedDraws
 
+__all__ = ["select_patches"]  # what study/, tools/ and users may import from here
+
 # What a corrupted position receives.
 MASK, RANDOM, UNCHANGED = 0, 1, 2
 

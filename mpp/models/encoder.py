@@ -16,6 +16,11 @@ from mpp.config.model import FrozenFeatures, ModelConfig, Pooling
 from mpp.errors import ConfigError
 from mpp.raw_images import unit_interval
 
+# The names meant for use outside the package (study/, tools/ and users)
+__all__ = [
+    "InputNormalisation", "count_parameters", "create_encoder", "encoder_structure",
+]
+
 _SIZE_FIELDS = ("img_size", "patch_size", "embed_dim", "depth", "num_heads")
 
 

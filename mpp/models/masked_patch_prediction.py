@@ -22,6 +22,8 @@ from mpp.models.targets import TARGETS, num_colour_classes
 from mpp.private_apis import add_position_embeddings, with_fsdp2_tensor_lookup
 from mpp.raw_images import unit_interval
 
+__all__ = ["MaskedPatchPredictor"]  # what study/, tools/ and users may import from here
+
 CORRUPTION_STREAM = 0x4D5050  # folded into each image's key: its corruption is drawn apart from its view
 
 

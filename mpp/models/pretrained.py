@@ -39,6 +39,11 @@ from mpp.errors import ConfigError
 from mpp.models.encoder import create_encoder
 from mpp.run.directory import CHECKPOINTS_DIR, EXPORT_DIR, PARTIAL_SUFFIX
 
+# The names meant for use outside the package (study/, tools/ and users)
+__all__ = [
+    "fine_tuning_encoder", "read_pretrained",
+]
+
 RANDOM_PREFIX = "random:"  # init=random:<run>: the run's architecture with fresh weights, a like-with-like baseline
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # in a timm folder, in the order timm looks
 HEAD_PREFIXES = ("head.", "head_drop.", "fc_norm.", "pre_logits.")  # a classifier's, never the encoder's (ours)

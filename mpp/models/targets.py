@@ -20,6 +20,8 @@ from mpp.config.model import MPPConfig
 from mpp.errors import ConfigError
 from mpp.raw_images import unit_interval
 
+__all__ = ["class_colours"]  # what study/, tools/ and users may import from here
+
 
 def as_rgb(images: torch.Tensor) -> torch.Tensor:
     """(b c h w) raw images with c = 1 or 3 -> (b 3 h w) in [0, 1]; grayscale channels replicated (a view)."""

@@ -7,6 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Union
 
+# what study/, tools/ and users may import from here
+__all__ = [
+    "preset_file", "preset_names", "preset_path",
+]
+
 PRESETS = Path(__file__).parent
 
 

@@ -18,6 +18,11 @@ from accelerate.utils import broadcast_object_list
 from mpp.errors import RunError
 from mpp.run.lock import LOCK_FILE, RunDirectoryInUse, RunLock
 
+# The names meant for use outside the package (study/, tools/ and users)
+__all__ = [
+    "CONFIG_FILE", "logged_scalars", "read_metrics", "write_whole",
+]
+
 logger = logging.getLogger(__name__)
 
 RUNS_DIR = Path("runs")  # where a run goes when no output_dir is given

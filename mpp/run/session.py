@@ -32,6 +32,8 @@ from mpp.private_apis import launched_on_cpu, launched_with_fsdp
 from mpp.run.directory import CONFIG_FILE, LOG_FILE, claim_output_dir, resolve_output_dir, runs_parent, write_metrics
 from mpp.run.lock import RunLock
 
+__all__ = ["configure_logging"]  # what study/, tools/ and users may import from here
+
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 logger = logging.getLogger(__name__)
 

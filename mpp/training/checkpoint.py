@@ -40,6 +40,11 @@ from mpp.errors import ConfigError, RunError, RunFinished
 from mpp.private_apis import prepared_models_and_optimizers, saved_model_file
 from mpp.run.directory import CHECKPOINTS_DIR, CONFIG_FILE, EXPORT_DIR, PARTIAL_SUFFIX, read_metrics
 
+# The names meant for use outside the package (study/, tools/ and users)
+__all__ = [
+    "checkpoint_path", "list_checkpoints", "newest_intact_checkpoint", "read_step",
+]
+
 STATE_FILE = "trainer_state.json"  # the step and every other file's size and CRC-32; written last
 AVERAGED_FILE = "averaged_model.safetensors"
 READ_CHUNK = 16 * 2**20
