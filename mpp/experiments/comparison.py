@@ -246,13 +246,14 @@ def rates_line(results: dict[str, Any]) -> list[str]:
     rates = results.get("rates")
     if not rates:
         return []
+    grids = {tuple(rate["grid"]) for rate in rates.values()}
     said = []
     for arm, rate in rates.items():
         edge = grid_edge(rate["chosen"], rate["grid"])
-        said.append(f"{ARMS[arm]} {rate['chosen']:g}" + (
+        own_grid = f" of {', '.join(f'{value:g}' for value in rate['grid'])}" if len(grids) > 1 else ""
+        said.append(f"{ARMS[arm]} {rate['chosen']:g}{own_grid}" + (
             f" (**the grid's {edge}**: the best rate may lie {'above' if edge == 'highest' else 'below'} it; add one "
             "to finetune.sweep_lrs)" if edge else ""))
-    grids = {tuple(rate["grid"]) for rate in rates.values()}
     grid = f" of {', '.join(f'{value:g}' for value in grids.pop())}" if len(grids) == 1 else ""
     return [f"Learning rates, each arm's sweep on seed {results['seeds'][0]}{grid}: " + "; ".join(said) + ".", ""]
 

@@ -177,6 +177,9 @@ def test_the_tables_name_each_arms_rate_and_one_chosen_at_an_end_of_its_grid():
     assert ("Learning rates, each arm's sweep on seed 0 of 0.03, 0.1, 0.3: MPP pre-trained 0.1; from scratch 0.3 "
             "(**the grid's highest**: the best rate may lie above it; add one to finetune.sweep_lrs).") in table
     assert "Learning rates" not in results_table(example_results())  # a comparison without a sweep says nothing
+    results["rates"]["mpp"]["grid"] = [0.01, 0.03, 0.1, 0.3]  # an arm with a grid of its own: each arm's is named
+    assert ("Learning rates, each arm's sweep on seed 0: MPP pre-trained 0.1 of 0.01, 0.03, 0.1, 0.3; from scratch "
+            "0.3 of 0.03, 0.1, 0.3 (**the grid's highest**") in results_table(results)
 
 
 def test_a_rate_at_either_end_of_its_grid_is_named_and_one_inside_it_or_alone_is_not():
