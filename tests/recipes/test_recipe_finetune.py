@@ -101,12 +101,16 @@ def test_the_fine_tuning_model_starts_from_every_encoder_tensor_of_the_mpp_run(m
 
 def test_a_sweep_picks_the_best_held_out_learning_rate_then_trains_on_everything(supervised_run, folders, tmp_path):
     run_dir = tmp_path / "sweep"
-    run_here(f"output_dir={run_dir}", f"init={supervised_run / 'export'}", *TINY, *folders,
-             "finetune.sweep_lrs=[0.001,0.1]", "finetune.sweep_holdout_fraction=0.25", "finetune.ema_decay=0.5",
-             script=FINETUNE)
+    swept = run_here(f"output_dir={run_dir}", f"init={supervised_run / 'export'}", *TINY, *folders,
+                     "finetune.sweep_lrs=[0.001,0.1]", "finetune.sweep_holdout_fraction=0.25",
+                     "finetune.ema_decay=0.5", script=FINETUNE)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     sweep = metrics["sweep_holdout_accuracy"]
     assert set(sweep) == {"0.001", "0.1"} and metrics["chosen_lr"] == float(max(sweep, key=sweep.get))
+    # Of two rates, the one chosen is an end of the grid: the log says the best may lie beyond it.
+    edge, side = ("lowest", "below") if metrics["chosen_lr"] == 0.001 else ("highest", "above")
+    assert (f"sweep: lr {metrics['chosen_lr']:g} is the {edge} rate of finetune.sweep_lrs, so the best rate may lie "
+            f"beyond it; add a rate {side} it and run again") in swept.stderr
     assert {"test_accuracy", "test_accuracy_averaged"} <= metrics.keys()
     for lr in sweep:
         point = json.loads((run_dir / "sweep" / f"lr_{lr}" / "metrics.json").read_text())
@@ -123,9 +127,10 @@ def test_a_sweep_picks_the_best_held_out_learning_rate_then_trains_on_everything
         "holdout_balanced_accuracy"] for lr in ("0.001", "0.1")}
     # Another seed at the rate this one chose (a reproduction's tune_once), without a sweep of its own.
     reused = tmp_path / "reused"
-    run_here(f"output_dir={reused}", f"init={supervised_run / 'export'}", *TINY, *folders, "seed=1",
-             f"finetune.lr_from={run_dir}", script=FINETUNE)
+    without_sweep = run_here(f"output_dir={reused}", f"init={supervised_run / 'export'}", *TINY, *folders, "seed=1",
+                             f"finetune.lr_from={run_dir}", script=FINETUNE)
     assert json.loads((reused / "metrics.json").read_text())["lr"] == metrics["chosen_lr"]
+    assert "rate of finetune.sweep_lrs" not in without_sweep.stderr  # no sweep, no grid to be at the end of
     assert not (reused / "sweep").exists()
     # A run that chose nothing (no sweep) has no rate to give: refused before anything is written.
     result = launch(f"output_dir={tmp_path / 'refused'}", *TINY, *folders, f"finetune.lr_from={reused}",

@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 
 from mpp.config.model import ModelConfig
 from mpp.models.encoder import create_encoder
-from tests.launching import RECIPE, TINY, launch, run_here
+from tests.launching import RECIPE, TINY, accelerate_command, launch, run_here
 
 pytestmark = pytest.mark.slow  # every test here launches a recipe or trains (pytest -m "not slow" leaves them out)
 
@@ -142,6 +142,15 @@ def test_an_earlier_run_is_never_overwritten_silently(run):
     assert result.returncode != 0
     assert "already holds a run" in result.stderr and "resume=auto" in result.stderr
     assert {path: path.stat().st_mtime_ns for path in run.rglob("*")} == before
+
+
+def test_accelerate_launch_dash_m_mpp_runs_the_command_from_any_directory(tmp_path):
+    command, env = accelerate_command(RECIPE, (), 1)
+    command = [*command[:-1], "-m", "mpp", "pretrain", "--config", "mpp_tiny_cpu", *TINY, "output_dir=run",
+               "monitor.few_shot_every=0", "monitor.mosaic_every=0", "monitor.final_few_shot_draws=0"]
+    ended = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert ended.returncode == 0, ended.stderr[-3000:]
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["step"] == 6
 
 
 def test_an_unknown_key_is_refused_with_the_valid_keys(tmp_path):
