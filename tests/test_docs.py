@@ -197,7 +197,11 @@ def check_module(name: str, arguments: tuple[str, ...], monkeypatch: pytest.Monk
     if not arguments:  # the module named in the text, not a command line to run
         return
     if name == "mpp":  # python -m mpp <command> ...: a command of the table
-        if PLACEHOLDER not in arguments[0]:
+        if arguments[0] in ("-h", "--help"):  # the table itself
+            with pytest.raises(SystemExit) as stop:
+                command_line.main([arguments[0]])
+            assert stop.value.code == 0
+        elif PLACEHOLDER not in arguments[0]:
             assert arguments[0] in command_table, f"{arguments[0]} is not a command of mpp/commands.py"
             check_recipe(lambda: command_line.run_command(arguments[0], ["-m", "mpp", arguments[0]], []),
                          arguments[1:], monkeypatch)
