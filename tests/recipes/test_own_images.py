@@ -78,11 +78,11 @@ def test_the_own_images_page_runs_end_to_end(tmp_path, monkeypatch):
     ran = []
     for command in commands:
         words = shlex.split(in_folder(command, tmp_path))
-        if words[:2] == ["python", "recipes/compare.py"]:  # run whole at toy size in tests/experiments/
+        if words[:4] == ["python", "-m", "mpp", "compare"]:  # run whole at toy size in tests/experiments/
             printed = subprocess.run([sys.executable, *words[1:], "--print-config"], check=True, cwd=ROOT,
                                      capture_output=True, text=True).stdout
             assert f"unlabelled: hf:{tmp_path}/data/my-images-64px" in printed
-            ran.append(words[1])
+            ran.append("mpp compare")
             continue
         if words[:3] == ["python", "-m", "mpp.data.prepare"]:
             prepare(words[3:])
@@ -97,7 +97,7 @@ def test_the_own_images_page_runs_end_to_end(tmp_path, monkeypatch):
         run_here(*arguments, *toy, *longer, script=ROOT / script)  # the launcher is tested in tests/recipes/
         ran.append(script + " --resume" * resuming + " (CPU)" * (preset in CPU_PRESETS))
     cpu_walk = ["mpp.data.prepare", "mpp.data.prepare", "recipes/mpp.py (CPU)", *["recipes/finetune.py (CPU)"] * 2,
-                *["eval/linear_probe.py (CPU)"] * 2, *["eval/knn.py (CPU)"] * 2, "recipes/compare.py"]
+                *["eval/linear_probe.py (CPU)"] * 2, *["eval/knn.py (CPU)"] * 2, "mpp compare"]
     assert ran == [*cpu_walk, "mpp.data.prepare", "recipes/mpp.py", "recipes/mpp.py --resume", "recipes/finetune.py",
                    "eval/linear_probe.py", "eval/knn.py", "eval/few_shot.py"]
 
