@@ -92,10 +92,8 @@ def run_recipe(main: Union[str, Callable[[Any], Any]], config_class: type, defau
         sys.exit(f"error: {error}")
     from accelerate import PartialState
 
-    from mpp.run.session import configure_logging
     from mpp.training.preemption import Preempted, stop_with_launcher
 
-    configure_logging()  # the package's lines on the console: a run's, or an experiment's progress
     stop_with_launcher()  # a launcher killed alone: training saves a checkpoint and stops rather than run on orphaned
     if isinstance(main, str):
         main = imported(main)

@@ -96,8 +96,9 @@ COMMANDS = {
         "attends, in pixels, against depth; test images weighted by their attention rollout from the [class] token. "
         "No init: a randomly initialised encoder, for comparison. metrics.json holds the mean attention distances."),
     "compare": Command(
-        "mpp.experiments.comparison:compare", "mpp.experiments.config:ComparisonConfig", "compare_own_images_cpu",
-        "compare_own_images_cpu", "experiment", "what MPP pre-training buys on your own images, over seeds",
+        "mpp.experiments.comparison:compare_on_the_console", "mpp.experiments.config:ComparisonConfig",
+        "compare_own_images_cpu", "compare_own_images_cpu", "experiment",
+        "what MPP pre-training buys on your own images, over seeds",
         "Per seed an MPP run on the unlabelled images and a draw of the labelled ones; then, fine-tuned with one "
         "recipe each at its own swept rate, the MPP encoder against the same architecture trained from scratch as "
         "many steps as MPP's pre-training and fine-tuning together (and at random weights as briefly as MPP's "

@@ -30,6 +30,7 @@ from mpp.experiments.publishing import (Comparison, comparison_table, copy_to_pu
                                         markdown_table, percent, publish_table)
 from mpp.experiments.runner import Run, at_first_seeds_rate, recipe_command, run_experiment
 from mpp.run.directory import read_metrics
+from mpp.run.session import configure_logging
 from mpp.training.classifier_training import grid_edge
 
 ARMS = {"mpp": "MPP pre-trained", "scratch": "from scratch", "mpp_paper": "MPP pre-trained, the paper's recipe",
@@ -284,6 +285,12 @@ def check_before_running(cfg: ComparisonConfig) -> None:
     test = check_labelled_images(configs[run_name("finetune", "mpp", cfg.seeds[0])], cfg.labelled_per_class,
                                  "labelled_per_class")
     warn_if_test_images_are_unlabelled_ones(test, configs[run_name("pretrain", "mpp", cfg.seeds[0])])
+
+
+def compare_on_the_console(cfg: ComparisonConfig) -> dict[str, Any]:
+    """``python -m mpp compare``: the comparison, its progress and tables on the console."""
+    configure_logging()
+    return compare(cfg)
 
 
 def compare(cfg: ComparisonConfig) -> dict[str, Any]:

@@ -27,6 +27,8 @@ from typing import Any, Iterable, Iterator, Literal, Optional
 from mpp.commands import COMMANDS
 from mpp.config.building import build_config
 from mpp.errors import ConfigError, RunFinished
+from mpp.experiments import comparison
+from mpp.experiments.config import ComparisonConfig
 from mpp.presets import preset_path
 from mpp.private_apis import forget_accelerate_state, leave_process_group_to_launcher
 from mpp.recipes.run_result import RunResult
@@ -116,10 +118,9 @@ def compare(unlabelled: str, labelled: str, output_dir: Optional[str | Path] = N
         each fine-tuned arm's steps, the images skipped, the package's ``version`` and commit, and ``table``, the
         verdict and tables results.md holds.
     """
-    command = COMMANDS["compare"]
-    cfg = build_config(command.config_class(), preset_path(config or command.preset), override_arguments(
+    cfg = build_config(ComparisonConfig, preset_path(config or COMMANDS["compare"].preset), override_arguments(
         _common(None, output_dir, overrides, unlabelled=unlabelled, labelled=labelled)))
-    return command.function()(cfg)
+    return comparison.compare(cfg)  # the command's own, less its console: a caller's logging is its own
 
 
 def dotted(overrides: dict[str, Any]) -> dict[str, Any]:
