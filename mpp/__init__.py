@@ -1,10 +1,11 @@
 """Masked patch prediction pre-training for Vision Transformers (ViT paper, Sec. 4.6), on timm and accelerate.
 
-Start at ``recipes/mpp.py`` for a whole run; ``mpp.models.masked_patch_prediction`` holds the objective. Imports flow
-one way, each layer using only those before it (tests/test_architecture.py holds the package to it):
+Start at ``mpp/commands.py``, the table of commands ``python -m mpp <command>`` runs;
+``mpp.models.masked_patch_prediction`` holds the objective. Imports flow one way, each layer using only those before
+it (tests/test_architecture.py holds the package to it):
 
-    config  ->  run  ->  data, models  ->  training, evaluation  ->  command_line, experiments  ->  recipes
-            ->  benchmark
+    commands, presets  ->  config  ->  run  ->  data, models  ->  training, evaluation  ->  command_line, experiments
+            ->  recipes  ->  benchmark  ->  __main__
 
 From Python, in the calling process (mpp/recipes/python_api.py): ``mpp.pretrain``, ``mpp.finetune``,
 ``mpp.evaluate``, each returning a ``mpp.RunResult``; ``mpp.compare``, those runs over seeds on your own images.
