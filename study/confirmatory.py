@@ -12,22 +12,26 @@ been recorded; until then the tables give the seeds run and the arms' training a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Literal, Optional
+
+import torch
 
 from mpp.command_line import run_recipe
 from mpp.config.building import build_config
 from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig
 from mpp.errors import ConfigError
+from mpp.metrics import scores_of
 from mpp.evaluation.statistics import PairedDifference, paired_difference, student_t_two_sided_p
 from mpp.experiments.publishing import markdown_table, mean_std, percent
 from mpp.experiments.runner import Run, claim_experiment, execute, recipe_command
-from mpp.run.directory import read_metrics, write_whole
+from mpp.run.directory import PREDICTIONS_FILE, read_metrics, write_whole
 from mpp.run.session import configure_logging
 from study.class_balance import class_balance
 from study.curve import last_fifths_training_accuracy
@@ -36,6 +40,8 @@ from study.results_page import PublishedExperimentConfig, check_section, write_s
 logger = logging.getLogger("study.confirmatory")  # not __main__ when run with -m
 DEFAULT_PRESET = Path(__file__).parent / "configs" / "confirm_openclipart_cpu.yaml"
 PRETRAIN = "pretrain/mpp"
+TUNING = "tuning"  # the tuning seed's runs: tuning/<arm>-<candidate>-seed<seed>
+SEALED_FILE = "sealed-predictions.json"  # sealed: the test seeds' predictions, unscored until the last seed
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,40 @@ class Arm:
     pretrained: bool = False
     overrides: tuple[str, ...] = ()  # after ``finetune``: its steps, warm-up, learning rate
     exploratory: bool = False  # beside the test, never part of it
+    regularised: bool = False  # with ``tuning``: its regularisers chosen among the tuning's sets; else none
+
+
+@dataclass(frozen=True)
+class Regularisers:
+    """A set of the field's regularisers a tuned arm may be trained with (DeiT's, MAE's): its overrides."""
+
+    name: str = ""
+    overrides: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Every arm's learning rate (and the regularised arms' set of regularisers) chosen once, on ``seed`` (no test
+    seed) and on ``holdout_fraction`` of the training split held out from that seed's labelled images (never the
+    test split), by balanced accuracy, each candidate trained whole; recorded before any test seed trains."""
+
+    seed: Optional[int] = None  # None: no tuning here (the arms' overrides give their settings)
+    rates: tuple[float, ...] = ()
+    regularisers: tuple[Regularisers, ...] = ()  # the candidates of the arms with regularised: true
+    holdout_fraction: float = 0.2
+
+
+@dataclass(frozen=True)
+class SequenceStep:
+    """A secondary test of the fixed sequence: a one-sided paired t-test of ``better`` - ``worse`` (the primary's
+    arms where empty) in ``measure``, against ``against`` points, the alternative ``alternative``."""
+
+    test: str = ""  # its name in the tables
+    better: str = ""
+    worse: str = ""
+    measure: Literal["balanced_accuracy", "accuracy"] = "balanced_accuracy"
+    against: float = 0.0
+    alternative: Literal["greater", "less"] = "greater"
 
 
 @dataclass
@@ -55,7 +95,7 @@ class ConfirmatoryConfig(PublishedExperimentConfig):
 
     # Continued on a lent machine, its time there may differ.
     FREE_ON_CONTINUE: ClassVar[tuple[str, ...]] = (*PublishedExperimentConfig.FREE_ON_CONTINUE, "time_budget_minutes",
-                                                   "timing_steps", "cost_only")
+                                                   "timing_steps", "cost_only", "tuning_only")
 
     output_dir: str = "runs/confirm"
     registration: str = ""  # the text that fixed every setting below before any test seed ran
@@ -64,17 +104,29 @@ class ConfirmatoryConfig(PublishedExperimentConfig):
     arms: tuple[Arm, ...] = ()
     better: str = ""  # the arm the claim says is better (its name), and the one it says is worse
     worse: str = ""
-    effect: float = 2.0  # points: the effect the seeds were planned to detect; the second secondary test's bound
     level: float = 0.025  # one-sided, for the primary test and each secondary test in turn
-    secondary: tuple[str, ...] = ()  # the registered sequence's tests beyond the first two, by name, in order
+    sequence: tuple[SequenceStep, ...] = ()  # the secondary tests read on these runs, in their registered order
+    secondary: tuple[str, ...] = ()  # the registered sequence's tests beyond these, needing runs of their own, by name
     # Where the registration fixes a rule rather than the rates: each arm's rate chosen once on this seed (not a test
     # seed) by the sweep ``finetune`` asks for (finetune.sweep_lrs), before any test seed trains at it. None: the
     # arms' overrides give their rates.
     tuning_seed: Optional[int] = None
+    tuning: Tuning = field(default_factory=Tuning)  # a registered tuning on a held-out slice (instead of tuning_seed)
+    # true: each test seed's predictions on the test split are sealed (finetune.sealed) and kept unscored in
+    # publish_dir's SEALED_FILE; results.json and the tables hold training figures alone until the last seed is
+    # recorded, when one command scores them all and reads the test
+    sealed: bool = False
+    # The raw pixels' logistic regression and kNN (eval_preset, eval.features=pixels) on each seed's labelled images:
+    # these overrides after data and encoder give the labelled subset (its shots per class); empty: none. Run at the
+    # reading, beside the arms, not tested.
+    pixels: tuple[str, ...] = ()
     # Above 0: first ``timing_steps`` steps of each run of a seed are timed, then only the seeds not yet recorded that
     # fit in this many minutes run, whole, in the registered order (a machine lent for a while). 0: every seed.
     time_budget_minutes: float = 0.0
     timing_steps: int = 200
+    # true: run the tuning alone and stop, so that its choices can be written into the registration before any test
+    # seed runs
+    tuning_only: bool = False
     cost_only: bool = False  # print the training images of each stage and of the whole test, and run nothing
     max_steps: int = 0  # above 0: every run cut to this many steps (a dry run of the whole test, with output_dir,
     # publish_dir and results_page set elsewhere); 0: each run's own
@@ -91,9 +143,22 @@ class ConfirmatoryConfig(PublishedExperimentConfig):
         if self.arms and ({self.better, self.worse} - set(primary) or self.better == self.worse):
             raise ConfigError(f"better={self.better!r} and worse={self.worse!r} must name two arms that are not "
                               f"exploratory; they are {', '.join(primary)}")
-        if self.tuning_seed is not None and self.tuning_seed in self.seeds:
-            raise ConfigError(f"tuning_seed={self.tuning_seed} is among the test seeds {list(self.seeds)}: a rate "
-                              "is chosen on a seed the test never reads")
+        for name, seed in (("tuning_seed", self.tuning_seed), ("tuning.seed", self.tuning.seed)):
+            if seed is not None and seed in self.seeds:
+                raise ConfigError(f"{name}={seed} is among the test seeds {list(self.seeds)}: a rate is chosen on a "
+                                  "seed the test never reads")
+        if self.tuning.seed is not None and (self.tuning_seed is not None or not self.tuning.rates):
+            raise ConfigError(f"tuning.seed={self.tuning.seed} chooses every arm's rate among tuning.rates (set them; "
+                              f"now {list(self.tuning.rates)}), and tuning_seed={self.tuning_seed} would choose them "
+                              "again: set one of the two")
+        if any(arm.regularised for arm in self.arms) and not self.tuning.regularisers:
+            raise ConfigError("an arm with regularised: true chooses its regularisers among tuning.regularisers: "
+                              "give them (name, overrides)")
+        arms = set(names)
+        for step in self.sequence:
+            if {step.better, step.worse} - arms - {""}:
+                raise ConfigError(f"sequence: {step.test!r} names arms {step.better!r} and {step.worse!r}; the arms "
+                                  f"are {', '.join(names)}")
         if self.time_budget_minutes < 0 or self.timing_steps < 1 or self.max_steps < 0:
             raise ConfigError(f"time_budget_minutes={self.time_budget_minutes} must be at least 0 (0: no limit) and "
                               f"timing_steps={self.timing_steps} at least 1, max_steps={self.max_steps} at least 0")
@@ -112,42 +177,106 @@ def arm_overrides(cfg: ConfirmatoryConfig, arm: Arm, seed: int) -> tuple[str, ..
     return (*cfg.data, *cfg.encoder, *cfg.finetune, f"data.subset_seed={seed}", *arm.overrides)
 
 
-def plan_runs(cfg: ConfirmatoryConfig, seeds: list[int], rates: dict[str, float], output_dir: Optional[Path] = None,
-              steps: tuple[str, ...] = ()) -> list[Run]:
-    """Each seed's runs, seed after seed in the given order: its MPP pre-training, then every arm (those from
-    scratch may start beside the pre-training). With ``tuning_seed``, a test seed's arm trains at the rate the
-    tuning seed's sweep chose: ``rates`` where it is known, else read from that run once it has finished. ``steps``
-    ends each run early (the timing)."""
-    output_dir = output_dir or Path(cfg.output_dir)
-    runs = []
-    for seed in seeds:
-        pretrain = run_name(PRETRAIN, seed)
-        runs.append(Run(pretrain, "pretrain", recipe_command(cfg, "pretrain", cfg.mpp_preset,
-                                                             (*pretraining_overrides(cfg), *steps), seed,
-                                                             output_dir / pretrain), None))
-        for arm in cfg.arms:
-            name, tuned, waits = run_name(arm.name, seed), (), ()
-            if arm.name in rates:
-                tuned = ("finetune.sweep_lrs=[]", f"train.lr={rates[arm.name]}")
-            elif cfg.tuning_seed is not None and seed != cfg.tuning_seed:
-                waits = (run_name(arm.name, cfg.tuning_seed),)
-                tuned = ("finetune.sweep_lrs=[]", f"finetune.lr_from={output_dir / waits[0]}")
-            init = (f"init={output_dir / pretrain}",) if arm.pretrained else ()
-            command = recipe_command(cfg, "finetune", cfg.finetune_preset,
-                                     (*arm_overrides(cfg, arm, seed), *init, *tuned, *steps), seed, output_dir / name)
-            runs.append(Run(name, "finetune", command, pretrain if arm.pretrained else None, also_after=waits))
+def pretraining_run(cfg: ConfirmatoryConfig, seed: int, output_dir: Path, steps: tuple[str, ...]) -> Run:
+    name = run_name(PRETRAIN, seed)
+    return Run(name, "pretrain", recipe_command(cfg, "pretrain", cfg.mpp_preset, (*pretraining_overrides(cfg), *steps),
+                                                seed, output_dir / name), None)
+
+
+def candidates(cfg: ConfirmatoryConfig, arm: Arm) -> dict[str, tuple[str, ...]]:
+    """An arm's settings the tuning chooses among, by name: each rate of ``tuning.rates``, with each set of
+    ``tuning.regularisers`` where the arm is regularised."""
+    sets = cfg.tuning.regularisers if arm.regularised else (Regularisers("paper"),)
+    return {f"{regularisers.name}-lr{rate:g}": (*regularisers.overrides, f"train.lr={rate}")
+            for regularisers in sets for rate in cfg.tuning.rates}
+
+
+def tuning_run_name(arm: str, candidate: str, seed: int) -> str:
+    return f"{TUNING}/{arm}-{candidate}-seed{seed}"
+
+
+def plan_tuning(cfg: ConfirmatoryConfig, output_dir: Optional[Path] = None, steps: tuple[str, ...] = ()
+                ) -> list[Run]:
+    """The tuning seed's runs: its MPP pre-training, then each arm at each of its ``candidates``, trained whole on
+    that seed's labelled images and scored on the slice of the training split held out from them."""
+    output_dir, seed = output_dir or Path(cfg.output_dir), cfg.tuning.seed
+    pretrain = pretraining_run(cfg, seed, output_dir, steps)
+    runs = [pretrain]
+    for arm in cfg.arms:
+        init = (f"init={output_dir / pretrain.name}",) if arm.pretrained else ()
+        for candidate, overrides in candidates(cfg, arm).items():
+            name = tuning_run_name(arm.name, candidate, seed)
+            command = recipe_command(cfg, "finetune", cfg.finetune_preset, (
+                *arm_overrides(cfg, arm, seed), *overrides, f"data.holdout_fraction={cfg.tuning.holdout_fraction}",
+                "finetune.scored_split=holdout", *init, *steps), seed, output_dir / name)
+            runs.append(Run(name, "finetune", command, pretrain.name if arm.pretrained else None))
     return runs
 
 
-def seed_minutes(cfg: ConfirmatoryConfig, seed: int, rates: dict[str, float]) -> tuple[float, float, str]:
+def tuning_record(cfg: ConfirmatoryConfig, output_dir: Path) -> dict[str, Any]:
+    """Per arm: each candidate's held-out balanced accuracy (the final weights', as the test scores them), the one
+    chosen (the highest; the first of equals), its overrides, and whether its rate is an end of the grid."""
+    record = {}
+    for arm in cfg.arms:
+        options = candidates(cfg, arm)
+        scores = {candidate: read_metrics(output_dir / tuning_run_name(arm.name, candidate, cfg.tuning.seed))[
+            "holdout_balanced_accuracy"] for candidate in options}
+        chosen = max(scores, key=scores.get)
+        rate = float(chosen.rsplit("-lr", 1)[1])
+        edge = None if min(cfg.tuning.rates) < rate < max(cfg.tuning.rates) else \
+            "highest" if rate == max(cfg.tuning.rates) else "lowest"
+        if edge:
+            logger.warning("tuning: %s chose %s, the %s rate of tuning.rates: the best may lie beyond it", arm.name,
+                           chosen, edge)
+        record[arm.name] = {"holdout_balanced_accuracy": scores, "chosen": chosen, "overrides": list(options[chosen]),
+                            "grid_edge": edge}
+    return record
+
+
+def plan_runs(cfg: ConfirmatoryConfig, seeds: list[int], settings: dict[str, tuple[str, ...]],
+              output_dir: Optional[Path] = None, steps: tuple[str, ...] = ()) -> list[Run]:
+    """Each seed's runs, seed after seed in the given order: its MPP pre-training, then every arm (those from
+    scratch may start beside the pre-training). ``settings``: an arm's tuned overrides where they are known; else,
+    with ``tuning_seed``, a test seed's arm trains at the rate the tuning seed's sweep chose, read from that run once
+    it has finished. ``steps`` ends each run early (the timing)."""
+    output_dir = output_dir or Path(cfg.output_dir)
+    runs = []
+    for seed in seeds:
+        pretrain = pretraining_run(cfg, seed, output_dir, steps)
+        runs.append(pretrain)
+        sealed = ("finetune.sealed=true",) if cfg.sealed and seed in cfg.seeds else ()
+        for arm in cfg.arms:
+            name, tuned, waits = run_name(arm.name, seed), settings.get(arm.name, ()), ()
+            if arm.name not in settings and cfg.tuning_seed is not None and seed != cfg.tuning_seed:
+                waits = (run_name(arm.name, cfg.tuning_seed),)
+                tuned = ("finetune.sweep_lrs=[]", f"finetune.lr_from={output_dir / waits[0]}")
+            init = (f"init={output_dir / pretrain.name}",) if arm.pretrained else ()
+            command = recipe_command(cfg, "finetune", cfg.finetune_preset,
+                                     (*arm_overrides(cfg, arm, seed), *init, *tuned, *sealed, *steps), seed,
+                                     output_dir / name)
+            runs.append(Run(name, "finetune", command, pretrain.name if arm.pretrained else None, also_after=waits))
+    return runs
+
+
+def arm_settings(cfg: ConfirmatoryConfig, results: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """Each arm's tuned overrides recorded so far: the tuning's choice, or the rate the tuning seed's sweep chose."""
+    if cfg.tuning.seed is not None:
+        return {arm: tuple(record["overrides"]) for arm, record in results.get("tuning", {}).items()}
+    return {arm: ("finetune.sweep_lrs=[]", f"train.lr={rate}") for arm, rate in results.get("tuned_rates", {}).items()}
+
+
+def seed_minutes(cfg: ConfirmatoryConfig, seed: int, results: dict[str, Any]) -> tuple[float, float, str]:
     """A seed's wall time, in minutes, from ``timing_steps`` steps of each of its runs (run one at a time under
     ``output_dir``/timing): per run, its start-up and its steps at the speed it showed, over ``parallel_runs``; and
-    the tuning seed's too where its rates are not yet chosen (its sweep trains each arm once per rate, then once
-    more), in minutes; and what each run showed, to print."""
+    the tuning's too where it has not run (the tuning seed's sweep trains each arm once per rate, then once more; a
+    ``tuning`` trains each arm once per candidate), in minutes; and what each run showed, to print."""
     timing_dir = Path(cfg.output_dir) / "timing"
     (timing_dir / "console").mkdir(parents=True, exist_ok=True)
-    every_rate = {arm.name: 0.1 for arm in cfg.arms}  # the timing never sweeps: the speed is the same at any rate
-    runs = plan_runs(cfg, [seed], every_rate, timing_dir, (f"train.steps={cfg.timing_steps}",))
+    settings = arm_settings(cfg, results)
+    # The timing never sweeps: the speed is the same at any rate.
+    every_arm = {arm.name: next(iter(candidates(cfg, arm).values())) if cfg.tuning.seed is not None else
+                 ("finetune.sweep_lrs=[]", "train.lr=0.1") for arm in cfg.arms}
+    runs = plan_runs(cfg, [seed], every_arm, timing_dir, (f"train.steps={cfg.timing_steps}",))
     lines, minutes, tuning = [], 0.0, 0.0
     for index, run in enumerate(runs):
         start = time.perf_counter()
@@ -161,28 +290,33 @@ def seed_minutes(cfg: ConfirmatoryConfig, seed: int, rates: dict[str, float]) ->
         steps = min(config.train.steps, cfg.max_steps or config.train.steps)  # a dry run's are cut
         run_minutes = (start_up + steps * step_seconds) / 60
         minutes += run_minutes
-        # The tuning seed runs its pre-training once and each arm not yet tuned once per rate and once more.
-        trainings = (0 if arm.name in rates else 1 + len(config.finetune.sweep_lrs)) if arm else 1
+        # The tuning seed runs its pre-training once and each arm not yet tuned once per candidate (a sweep: once
+        # per rate and once more).
+        trainings = 1 if not arm else 0 if arm.name in settings else len(candidates(cfg, arm)) \
+            if cfg.tuning.seed is not None else 1 + len(config.finetune.sweep_lrs)
         tuning += trainings * run_minutes
         lines.append(f"{run.name}: {start_up:.0f} s to start, {1000 * step_seconds:.1f} ms a step: "
                      f"{steps:,} steps in {run_minutes:.1f} min")
-    tuning = tuning / cfg.parallel_runs if cfg.tuning_seed is not None and len(rates) < len(cfg.arms) else 0.0
+    tuned = cfg.tuning.seed is not None or cfg.tuning_seed is not None
+    tuning = tuning / cfg.parallel_runs if tuned and len(settings) < len(cfg.arms) else 0.0
     return minutes / cfg.parallel_runs, tuning, "\n".join(lines)
 
 
 def training_images(cfg: ConfirmatoryConfig) -> str:
     """Markdown: the images each run trains on (its steps x its global batch), a test seed's and the tuning seed's
-    (whose sweep trains each arm once per rate on most of its images, counted whole, then once more), and the whole
-    test's. Frozen evaluations and the timing are not counted."""
+    (whose sweep trains each arm once per rate on most of its images, counted whole, then once more; a ``tuning``,
+    once per candidate), and the whole test's. Frozen evaluations and the timing are not counted."""
     pretraining = build_config(MPPRunConfig, cfg.mpp_preset, pretraining_overrides(cfg)).train
     rows = [("MPP pre-training", pretraining.steps, pretraining.global_batch_size, 1)]
     for arm in cfg.arms:
         run = build_config(FinetuneRunConfig, cfg.finetune_preset, arm_overrides(cfg, arm, cfg.seeds[0]))
-        rows.append((arm.label, run.train.steps, run.train.global_batch_size, 1 + len(run.finetune.sweep_lrs)))
+        trainings = len(candidates(cfg, arm)) if cfg.tuning.seed is not None else 1 + len(run.finetune.sweep_lrs)
+        rows.append((arm.label, run.train.steps, run.train.global_batch_size, trainings))
     per_seed = sum(steps * batch for _, steps, batch, _ in rows)
-    tuning = sum(steps * batch * trainings for _, steps, batch, trainings in rows) if cfg.tuning_seed is not None else 0
-    body = [[label, f"{steps:,} x {batch}", f"{steps * batch:,}",
-             f"{trainings}" if cfg.tuning_seed is not None else "—"] for label, steps, batch, trainings in rows]
+    tuned = cfg.tuning_seed is not None or cfg.tuning.seed is not None
+    tuning = sum(steps * batch * trainings for _, steps, batch, trainings in rows) if tuned else 0
+    body = [[label, f"{steps:,} x {batch}", f"{steps * batch:,}", f"{trainings}" if tuned else "—"]
+            for label, steps, batch, trainings in rows]
     return "\n".join(markdown_table(["Run", "Steps x batch", "Images a test seed", "Trainings on the tuning seed"],
                                      body) + [f"A test seed: {per_seed:,} images; the tuning seed: {tuning:,}; the "
                                               f"{len(cfg.seeds)} test seeds and the tuning seed: "
@@ -191,18 +325,86 @@ def training_images(cfg: ConfirmatoryConfig) -> str:
 
 def seed_record(cfg: ConfirmatoryConfig, seed: int) -> Optional[dict[str, Any]]:
     """One seed's results, per arm (test accuracy and balanced accuracy, steps, rate, training accuracy at its end
-    and at the first log step of its last fifth), once every arm has finished; else None."""
+    and at the first log step of its last fifth), once every arm has finished; else None. Sealed: in place of the
+    scores, the SHA-256 of the arm's sealed predictions (``sealed_predictions``), which the reading checks."""
     record = {}
     for arm in cfg.arms:
         folder = Path(cfg.output_dir) / run_name(arm.name, seed)
         metrics = read_metrics(folder)
         if metrics is None:
             return None
-        record[arm.name] = {"accuracy": metrics["test_accuracy"],
-                            "balanced_accuracy": metrics["test_balanced_accuracy"], "steps": metrics["step"],
-                            "lr": metrics["lr"], "train_accuracy": metrics["train_accuracy"],
+        scores = ({"predictions_sha256": predictions_digest(run_predictions(folder)["final"])} if cfg.sealed else
+                  {"accuracy": metrics["test_accuracy"], "balanced_accuracy": metrics["test_balanced_accuracy"]})
+        record[arm.name] = {**scores, "steps": metrics["step"], "lr": metrics["lr"],
+                            "train_accuracy": metrics["train_accuracy"],
                             "train_accuracy_last_fifth": last_fifths_training_accuracy(folder, metrics)}
     return record
+
+
+def run_predictions(folder: Path) -> dict[str, Any]:
+    """A sealed fine-tuning run's predictions file (finetune.sealed)."""
+    return json.loads((folder / PREDICTIONS_FILE).read_text())
+
+
+def predictions_digest(predictions: list[int]) -> str:
+    return hashlib.sha256(json.dumps(predictions).encode()).hexdigest()
+
+
+def sealed_predictions(cfg: ConfirmatoryConfig, sealed: dict[str, Any], seed: int) -> dict[str, Any]:
+    """``sealed`` (the published SEALED_FILE) with seed ``seed``'s predictions of the final weights added, unscored;
+    the test split's labels and category names once, checked to be the same for every run."""
+    for arm in cfg.arms:
+        found = run_predictions(Path(cfg.output_dir) / run_name(arm.name, seed))
+        split = {"labels": found["labels"], "class_names": found["class_names"]}
+        if sealed.setdefault("split", split) != split:
+            raise ConfigError(f"{run_name(arm.name, seed)} predicted another test split than the seeds sealed before "
+                              "it: the data settings changed under a registered test")
+        sealed.setdefault("predictions", {}).setdefault(str(seed), {})[arm.name] = found["final"]
+    return sealed
+
+
+def unsealed_scores(cfg: ConfirmatoryConfig, records: dict[str, Any], sealed: dict[str, Any]) -> dict[str, Any]:
+    """``records`` with each arm's test scores from its sealed predictions (after the last seed, once): accuracy,
+    balanced accuracy and per-category accuracy; refused where a prediction differs from the digest recorded with
+    its seed."""
+    labels = torch.tensor(sealed["split"]["labels"])
+    classes = len(sealed["split"]["class_names"])
+    scored = {}
+    for seed, record in records.items():
+        scored[seed] = {}
+        for arm, figures in record.items():
+            predictions = sealed["predictions"][seed][arm]
+            if predictions_digest(predictions) != figures["predictions_sha256"]:
+                raise ConfigError(f"{SEALED_FILE}: seed {seed}'s {arm} predictions are not the ones recorded with "
+                                  "that seed (their SHA-256 differs): the sealed file was changed")
+            found = scores_of(torch.tensor(predictions), labels, classes)
+            scored[seed][arm] = {"accuracy": found["accuracy"], "balanced_accuracy": found["balanced_accuracy"],
+                                 "per_class_accuracy": found["per_class_accuracy"], **figures}
+    return scored
+
+
+PIXEL_BASELINES = {"logistic_regression": "linear_probe", "knn": "knn"}  # their names -> the commands that run them
+
+
+def plan_pixel_runs(cfg: ConfirmatoryConfig, seeds: list[int]) -> list[Run]:
+    """Per seed, the raw pixels' logistic regression and kNN on its labelled images (``pixels``)."""
+    output_dir = Path(cfg.output_dir)
+    return [Run(f"pixels/{name}-seed{seed}", command, recipe_command(
+        cfg, command, cfg.eval_preset, (*cfg.data, *cfg.encoder, *cfg.pixels, f"data.subset_seed={seed}",
+                                        "eval.features=pixels"), seed, output_dir / f"pixels/{name}-seed{seed}"), None)
+            for seed in seeds for name, command in PIXEL_BASELINES.items()]
+
+
+def pixel_scores(cfg: ConfirmatoryConfig, seeds: list[int]) -> dict[str, Any]:
+    """Per seed, each pixel baseline's test accuracy, balanced accuracy and per-category accuracy."""
+    found = {}
+    for seed in seeds:
+        found[str(seed)] = {}
+        for name, command in PIXEL_BASELINES.items():
+            metrics = read_metrics(Path(cfg.output_dir) / f"pixels/{name}-seed{seed}")[command]
+            found[str(seed)][name] = {key: metrics[f"test_{key}"]
+                                      for key in ("accuracy", "balanced_accuracy", "per_class_accuracy")}
+    return found
 
 
 def one_sided_p(difference: PairedDifference, bound: float, alternative: str) -> Optional[float]:
@@ -223,24 +425,20 @@ def read_tests(cfg: ConfirmatoryConfig, records: dict[str, Any]) -> dict[str, An
     """The primary test and the secondary sequence, read once over every registered seed."""
     seeds = list(cfg.seeds)
 
-    def compared(measure: str) -> PairedDifference:
-        return paired_difference(arm_values(records, seeds, cfg.better, measure),
-                                 arm_values(records, seeds, cfg.worse, measure), scale=100)
+    def test(step: SequenceStep) -> dict[str, Any]:
+        difference = paired_difference(arm_values(records, seeds, step.better or cfg.better, step.measure),
+                                       arm_values(records, seeds, step.worse or cfg.worse, step.measure), scale=100)
+        p = one_sided_p(difference, step.against, step.alternative)
+        return {"test": step.test, "measure": step.measure, "mean": difference.mean, "sd": difference.sd,
+                "interval": [difference.low, difference.high], "against": step.against,
+                "alternative": step.alternative, "p_value": p, "shown": p is not None and p < cfg.level}
 
-    def test(name: str, measure: str, bound: float, alternative: str) -> dict[str, Any]:
-        difference = compared(measure)
-        p = one_sided_p(difference, bound, alternative)
-        return {"test": name, "measure": measure, "mean": difference.mean, "sd": difference.sd,
-                "interval": [difference.low, difference.high], "against": bound, "alternative": alternative,
-                "p_value": p, "shown": p is not None and p < cfg.level}
-
-    primary = test(f"one-sided paired t-test, {cfg.better} - {cfg.worse} > 0", "balanced_accuracy", 0.0, "greater")
+    primary = test(SequenceStep(f"one-sided paired t-test, {cfg.better} - {cfg.worse} > 0"))
     low, high = primary["interval"]
     primary |= {"registration": cfg.registration, "seeds": seeds, "level": cfg.level,
                 "verdict": ("gain shown" if primary["shown"] else
                             "the opposite shown" if high < 0 else "no gain shown")}
-    sequence = [test("the same comparison in top-1 accuracy", "accuracy", 0.0, "greater"),
-                test(f"the gain smaller than +{cfg.effect:g} points", "balanced_accuracy", cfg.effect, "less")]
+    sequence = [test(step) for step in cfg.sequence]
     reached = primary["shown"]
     for step in sequence:
         step["reached"] = reached
@@ -294,6 +492,8 @@ def tables(cfg: ConfirmatoryConfig, results: dict[str, Any]) -> str:
     records, seeds = results["per_seed"], [seed for seed in cfg.seeds if str(seed) in results["per_seed"]]
     lines = [f"Registered in {cfg.registration}. Seeds recorded: {len(seeds)} of {len(cfg.seeds)} "
              f"({', '.join(map(str, seeds)) or 'none'}).", ""]
+    if results.get("tuning"):
+        lines += tuning_table(cfg, results["tuning"])
     if results.get("tuned_rates"):
         lines += [f"Learning rates chosen on tuning seed {cfg.tuning_seed}: " + ", ".join(
             f"{arm.label} {results['tuned_rates'][arm.name]:g}" for arm in cfg.arms
@@ -330,6 +530,10 @@ def tables(cfg: ConfirmatoryConfig, results: dict[str, Any]) -> str:
     if read:
         lines += [f"Floors on the test split: chance {100 / results['classes']:.1f}% (balanced accuracy's); always "
                   f"the largest category {100 * results['majority_class_accuracy']:.1f}% (top-1's).", ""]
+        if results.get("pixels"):
+            lines += pixel_table(results["pixels"], seeds)
+        if results.get("class_names"):
+            lines += category_table(cfg, results, seeds)
         body = [[finding, f"{difference.mean:+.1f} {interval([difference.low, difference.high])}",
                  p_cell(difference.p_value)]
                 for finding, difference in exploratory_comparisons(cfg, results["per_seed"])]
@@ -338,9 +542,55 @@ def tables(cfg: ConfirmatoryConfig, results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def publish(cfg: ConfirmatoryConfig, results: dict[str, Any]) -> str:
-    """results.json and results.md in ``publish_dir`` (and ``output_dir``), the page's section; the tables."""
-    if len(results["per_seed"]) == len(cfg.seeds):
+def tuning_table(cfg: ConfirmatoryConfig, tuning: dict[str, Any]) -> list[str]:
+    """Markdown lines: each arm's held-out balanced accuracy per candidate on the tuning seed, and its choice."""
+    labels = {arm.name: arm.label for arm in cfg.arms}
+    lines = [f"Tuning on seed {cfg.tuning.seed} (not a test seed), scored on {cfg.tuning.holdout_fraction:g} of the "
+             "training split held out from its labelled images (never the test split), balanced accuracy of the "
+             "final weights, %:", ""]
+    body = [[labels[arm], ", ".join(f"{candidate} {100 * score:.1f}" for candidate, score in
+                                    record["holdout_balanced_accuracy"].items()),
+             record["chosen"] + (f" (the {record['grid_edge']} rate)" if record["grid_edge"] else "")]
+            for arm, record in tuning.items()]
+    return [*lines, *markdown_table(["Arm", "Candidates", "Chosen"], body, left_columns=3)]
+
+
+def pixel_table(pixels: dict[str, Any], seeds: list[int]) -> list[str]:
+    """Markdown lines: the raw pixels' baselines on the same labelled images, beside the arms (not tested)."""
+    body = [[f"raw pixels, {name.replace('_', ' ')}",
+             *(percent([pixels[str(seed)][name][measure] for seed in seeds])
+               for measure in ("balanced_accuracy", "accuracy"))] for name in PIXEL_BASELINES]
+    return ["Beside the arms, not tested: the raw pixels of each seed's labelled images.", "",
+            *markdown_table(["Baseline", "Balanced accuracy, %", "Top-1, %"], body)]
+
+
+def category_table(cfg: ConfirmatoryConfig, results: dict[str, Any], seeds: list[int]) -> list[str]:
+    """Markdown lines: per category, its test drawings, each primary arm's mean accuracy on it, and the primary
+    difference with its 95% interval: where the gain sits (exploratory)."""
+    records, arms = results["per_seed"], [arm for arm in cfg.arms if not arm.exploratory]
+    body = []
+    for index, name in enumerate(results["class_names"]):
+        per_arm = {arm.name: [records[str(seed)][arm.name]["per_class_accuracy"][index] for seed in seeds]
+                   for arm in arms}
+        difference = paired_difference(per_arm[cfg.better], per_arm[cfg.worse], scale=100)
+        body.append([name, f"{results['class_sizes'][index]:,}",
+                     *(f"{100 * mean_std(values)[0]:.1f}" for values in per_arm.values()),
+                     f"{difference.mean:+.1f} {interval([difference.low, difference.high])}"])
+    header = ["Category", "Test drawings", *(f"{arm.label}, %" for arm in arms), f"{cfg.better} - {cfg.worse}"]
+    return ["Per category (exploratory: intervals only, not corrected for the categories' number):", "",
+            *markdown_table(header, body)]
+
+
+def publish(cfg: ConfirmatoryConfig, results: dict[str, Any], sealed: Optional[dict[str, Any]] = None) -> str:
+    """results.json and results.md in ``publish_dir`` (and ``output_dir``), and ``sealed`` as SEALED_FILE there, the
+    page's section; the tables. The test is read once every registered seed is recorded (and, with ``pixels``, the
+    pixel baselines have run): sealed, its scores are made from the sealed predictions then."""
+    if len(results["per_seed"]) == len(cfg.seeds) and (not cfg.pixels or "pixels" in results):
+        if cfg.sealed:
+            results["per_seed"] = unsealed_scores(cfg, results["per_seed"], sealed)
+            labels = torch.tensor(sealed["split"]["labels"])
+            results["class_names"] = sealed["split"]["class_names"]
+            results["class_sizes"] = torch.bincount(labels, minlength=len(results["class_names"])).tolist()
         results |= read_tests(cfg, results["per_seed"])
     else:  # registered seeds added since a reading: no test until they are in too
         for reading in ("primary", "secondary"):
@@ -350,6 +600,8 @@ def publish(cfg: ConfirmatoryConfig, results: dict[str, Any]) -> str:
                                     f"{results['wall_seconds'] / 60:.0f} min of wall time in all.\n")
     for folder in dict.fromkeys(Path(name) for name in (cfg.output_dir, cfg.publish_dir) if name):
         folder.mkdir(parents=True, exist_ok=True)
+        if sealed:
+            write_whole(folder / SEALED_FILE, lambda partial: partial.write_text(sealed_text(sealed)))
         write_whole(folder / "results.json",
                     lambda partial: partial.write_text(json.dumps(results, indent=2) + "\n"))
         (folder / "results.md").write_text(table)
@@ -357,21 +609,35 @@ def publish(cfg: ConfirmatoryConfig, results: dict[str, Any]) -> str:
     return table
 
 
-def published(cfg: ConfirmatoryConfig) -> dict[str, Any]:
-    """The results published so far (``publish_dir``'s results.json), or none yet."""
-    path = Path(cfg.publish_dir or cfg.output_dir) / "results.json"
-    return json.loads(path.read_text()) if path.is_file() else {"per_seed": {}, "wall_seconds": 0.0}
+def sealed_text(sealed: dict[str, Any]) -> str:
+    """SEALED_FILE's text: a run's predictions on one line each, so that a seed's commit adds its lines alone."""
+    lines = [f'{{"split": {json.dumps(sealed["split"])},', '"predictions": {']
+    seeds = list(sealed.get("predictions", {}).items())
+    for seed_index, (seed, arms) in enumerate(seeds):
+        lines.append(f"{json.dumps(seed)}: {{")
+        lines += [f"  {json.dumps(arm)}: {json.dumps(predictions)}{',' if index < len(arms) - 1 else ''}"
+                  for index, (arm, predictions) in enumerate(arms.items())]
+        lines.append("}" + ("," if seed_index < len(seeds) - 1 else ""))
+    return "\n".join([*lines, "}}"]) + "\n"
+
+
+def published(cfg: ConfirmatoryConfig, name: str = "results.json") -> dict[str, Any]:
+    """The results published so far (``publish_dir``'s results.json, or its ``name``), or none yet."""
+    path = Path(cfg.publish_dir or cfg.output_dir) / name
+    return json.loads(path.read_text()) if path.is_file() else (
+        {"per_seed": {}, "wall_seconds": 0.0} if name == "results.json" else {})
 
 
 def confirmatory_test(cfg: ConfirmatoryConfig) -> str:
-    """The seeds not yet recorded, seed after seed (``tables_only``: none), then the tables."""
+    """The tuning where it has not run, the seeds not yet recorded, seed after seed (``tables_only``: none), the
+    pixel baselines after the last, then the tables."""
     if not cfg.arms:
         raise ConfigError("arms: a confirmatory test needs its arms (name, label, pretrained, overrides), two of "
                           "them named by better and worse")
     if cfg.cost_only:
         return training_images(cfg)
     check_section(cfg)
-    results = published(cfg)
+    results, sealed = published(cfg), published(cfg, SEALED_FILE) if cfg.sealed else None
     unknown = set(results["per_seed"]) - {str(seed) for seed in cfg.seeds}
     if unknown:
         raise ConfigError(f"{cfg.publish_dir} records seeds {sorted(unknown)} that seeds={list(cfg.seeds)} does not "
@@ -379,10 +645,10 @@ def confirmatory_test(cfg: ConfirmatoryConfig) -> str:
     if "classes" not in results:  # once: rewriting the tables needs no data
         results |= class_balance(FewShotRunConfig, cfg.eval_preset, (*cfg.data, *cfg.encoder))
     if cfg.tables_only:
-        return publish(cfg, results)
+        return publish(cfg, results, sealed)
     start, spent = time.perf_counter(), results["wall_seconds"]
     output_dir = claim_experiment(cfg)
-    rates = results.setdefault("tuned_rates", {})
+    rates = results.setdefault("tuned_rates", {}) if cfg.tuning_seed is not None else {}
 
     def record(run: Run) -> None:
         """A tuning run's chosen rate, or the seed of ``run`` once its last run has finished, recorded and
@@ -392,39 +658,53 @@ def confirmatory_test(cfg: ConfirmatoryConfig) -> str:
             arm = next((arm.name for arm in cfg.arms if run_name(arm.name, seed) == run.name), None)
             if arm:
                 rates[arm] = read_metrics(run.directory(output_dir))["chosen_lr"]
-                publish(cfg, results)
+                publish(cfg, results, sealed)
             return
-        finished = seed_record(cfg, seed)
+        finished = seed_record(cfg, seed) if seed in cfg.seeds else None
         if finished is not None and str(seed) not in results["per_seed"]:
+            if cfg.sealed:
+                sealed_predictions(cfg, sealed, seed)
             recorded = results["per_seed"] | {str(seed): finished}
             results["per_seed"] = {str(seed): recorded[str(seed)] for seed in cfg.seeds if str(seed) in recorded}
             results["wall_seconds"] = spent + time.perf_counter() - start
-            publish(cfg, results)
+            publish(cfg, results, sealed)
 
     seeds = [seed for seed in cfg.seeds if str(seed) not in results["per_seed"]]
-    tune = cfg.tuning_seed is not None and len(rates) < len(cfg.arms) and bool(seeds)
+    tuned = cfg.tuning_seed is not None or cfg.tuning.seed is not None
+    tune = tuned and len(arm_settings(cfg, results)) < len(cfg.arms) and bool(seeds)
     if cfg.time_budget_minutes and seeds:
-        per_seed, tuning_minutes, timed = seed_minutes(cfg, seeds[0], rates)
+        per_seed, tuning_minutes, timed = seed_minutes(cfg, seeds[0], results)
         left = cfg.time_budget_minutes - (time.perf_counter() - start) / 60
         tune = tune and tuning_minutes <= left  # the rates first, alone if no seed fits after them
         left -= tuning_minutes if tune else 0.0
-        fitting = seeds[:max(0, int(left // per_seed))] if tune or len(rates) == len(cfg.arms) or \
-            cfg.tuning_seed is None else []
+        ready = tune or not tuned or len(arm_settings(cfg, results)) == len(cfg.arms)
+        fitting = seeds[:max(0, int(left // per_seed))] if ready else []
         logger.info("timed over %d steps:\n%s\na seed: %.1f min%s; %d of the %d seeds not yet recorded fit in the "
                     "%.1f minutes left: %s", cfg.timing_steps, timed, per_seed,
-                    f" (the tuning seed first: {tuning_minutes:.1f} min)" if tuning_minutes else "", len(fitting),
+                    f" (the tuning first: {tuning_minutes:.1f} min)" if tuning_minutes else "", len(fitting),
                     len(seeds), left, fitting or "none")
         seeds = fitting
     cut = (f"train.steps={cfg.max_steps}",) if cfg.max_steps else ()
-    tuning = [] if not tune else [
-        run for run in plan_runs(cfg, [cfg.tuning_seed], rates, steps=cut)
-        if run.name == run_name(PRETRAIN, cfg.tuning_seed) or run.name in {
-            run_name(arm.name, cfg.tuning_seed) for arm in cfg.arms if arm.name not in rates}]
     try:
-        execute(tuning + plan_runs(cfg, seeds, rates, steps=cut), output_dir, cfg.parallel_runs, on_finished=record)
+        if tune and cfg.tuning.seed is not None:  # chosen whole before any test seed trains
+            execute(plan_tuning(cfg, steps=cut), output_dir, cfg.parallel_runs)
+            results["tuning"] = tuning_record(cfg, output_dir)
+            publish(cfg, results, sealed)
+        if cfg.tuning_only:
+            return tuning_table(cfg, results.get("tuning", {}))
+        settings = arm_settings(cfg, results)
+        tuning = [] if not tune or cfg.tuning_seed is None else [
+            run for run in plan_runs(cfg, [cfg.tuning_seed], settings, steps=cut)
+            if run.name == run_name(PRETRAIN, cfg.tuning_seed) or run.name in {
+                run_name(arm.name, cfg.tuning_seed) for arm in cfg.arms if arm.name not in settings}]
+        execute(tuning + plan_runs(cfg, seeds, settings, steps=cut), output_dir, cfg.parallel_runs,
+                on_finished=record)
+        if cfg.pixels and len(results["per_seed"]) == len(cfg.seeds) and "pixels" not in results:
+            execute(plan_pixel_runs(cfg, list(cfg.seeds)), output_dir, cfg.parallel_runs)
+            results["pixels"] = pixel_scores(cfg, list(cfg.seeds))
     finally:
         results["wall_seconds"] = spent + time.perf_counter() - start
-        table = publish(cfg, results)
+        table = publish(cfg, results, sealed)
     return table
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from mpp.config.data import DataConfig
+from mpp.errors import ConfigError
 from mpp.config.evaluation import EvaluationConfig, FewShotConfig, InspectionConfig, KnnConfig, LinearProbeConfig
 from mpp.config.model import ClassifierConfig, ExportConfig, ModelConfig, MPPConfig
 from mpp.config.training import (
@@ -101,6 +102,11 @@ class FinetuneRunConfig(EncoderFromInit, TrainingRunConfig):
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     train: TrainConfig = field(default_factory=finetune_training)
+
+    def __post_init__(self) -> None:
+        if self.finetune.scored_split == "holdout" and not self.data.holdout_fraction:
+            raise ConfigError("finetune.scored_split=holdout scores the held-out slice of the training split: set "
+                              "data.holdout_fraction (e.g. 0.2)")
 
 
 @dataclass

@@ -128,6 +128,12 @@ class FinetuneConfig:
     # peak x layer_decay^(L + 1). 1: every parameter at the peak rate (the paper's fine-tuning). Exploratory: no
     # published result uses it.
     layer_decay: float = 1.0
+    # What the trained classifier is scored on: the test split, or "holdout": data.holdout_fraction of the training
+    # split, which it never trains on (a registered test's settings chosen without reading its test split)
+    scored_split: Literal["test", "holdout"] = "test"
+    # true: the scored split's predictions and labels go to predictions.json, neither scored nor logged (a registered
+    # test's seeds are read together, once, after the last: study/confirmatory.py)
+    sealed: bool = False
 
     def __post_init__(self) -> None:
         if self.lr_from and self.sweep_lrs:

@@ -5,7 +5,8 @@ The classes are the top-level subject folders with at least ``MIN_IMAGES`` image
 image under ``animals/birds/`` is an animal), less ``EXCLUDED``. The package stores a drawing that appears in several
 places once and links the others to it (1,221 links): each drawing is read once, in the category that holds its
 file, so that no drawing is in both splits or in two categories. Each category's files, in sorted order, are split by
-a seeded permutation: ``TEST_FRACTION`` of them are the test split, the same on every machine and in every run.
+a seeded permutation (``data.split_seed``, 0 unless set): ``TEST_FRACTION`` of them are the test split, the same on
+every machine and in every run of that seed.
 Most files are RGBA, palette or grey-with-alpha images; the decoder composites their transparency on white
 (``mpp.data.image_source.decode``), as they are drawn to be seen. Half the drawings are under 272 px, a few are over
 100 megapixels: each split is decoded once at the model's resolution, whole and centred on white, and cached.
@@ -31,7 +32,6 @@ from mpp.run.directory import read_cache, write_whole
 DEFAULT_ROOT = "/usr/share/openclipart/png"
 MIN_IMAGES = 90  # drawings whose file the category holds
 TEST_FRACTION = 0.2
-SPLIT_SEED = 0
 logger = logging.getLogger(__name__)
 # Categories with enough images that are left out, and why (measured on 80 images of each, docs/data.md).
 EXCLUDED = {
@@ -59,11 +59,11 @@ def categories(root: Path) -> dict[str, list[Path]]:
     return kept
 
 
-def split_files(root: Path, split: str) -> tuple[tuple[str, ...], list[Path], list[int]]:
+def split_files(root: Path, split: str, split_seed: int = 0) -> tuple[tuple[str, ...], list[Path], list[int]]:
     """The category names, and the files of ``split`` with their category indices: of each category's files, in
-    sorted order, a seeded permutation's first ``TEST_FRACTION`` are the test split."""
+    sorted order, the first ``TEST_FRACTION`` of a permutation seeded by ``split_seed`` are the test split."""
     kept = categories(root)
-    generator = torch.Generator().manual_seed(SPLIT_SEED)
+    generator = torch.Generator().manual_seed(split_seed)
     files: list[Path] = []
     labels: list[int] = []
     for label, found in enumerate(kept.values()):
@@ -131,37 +131,43 @@ def decoded_drawings(files: list[Path], name: str, image_size: int) -> tuple[tor
     return pixels, kept_positions
 
 
-def openclipart_source(location: str, split: str, image_size: int) -> ArraySource:
-    """One split (train or test) of the clip art at ``image_size`` px: every drawing whole, on white, as uint8 in
-    memory (``decoded_drawings``)."""
+def openclipart_source(location: str, split: str, image_size: int, split_seed: int = 0) -> ArraySource:
+    """One split (train or test, drawn by ``split_seed``) of the clip art at ``image_size`` px: every drawing whole,
+    on white, as uint8 in memory (``decoded_drawings``)."""
     if split not in ("train", "test"):
         raise DataError(f"openclipart has no split {split!r}; it has train, test")
     root = Path(location or DEFAULT_ROOT).expanduser()
-    class_names, files, labels = split_files(root, split)
+    class_names, files, labels = split_files(root, split, split_seed)
     pixels, kept_positions = decoded_drawings(files, split, image_size)
     return ArraySource(pixels, torch.tensor(labels)[kept_positions], class_names,
                        f"openclipart {split} ({len(kept_positions)} drawings of {len(class_names)} categories "
-                       f"under {root}, whole on white at {image_size} px)")
+                       f"under {root}{split_said(split_seed)}, whole on white at {image_size} px)")
 
 
-def pool_files(root: Path) -> list[Path]:
+def split_said(split_seed: int) -> str:
+    """The split in a source's description where it is not the default one."""
+    return f", split seed {split_seed}" if split_seed else ""
+
+
+def pool_files(root: Path, split_seed: int = 0) -> list[Path]:
     """Every drawing under ``root`` once (by its real path: the package links a drawing into the other places it
-    belongs), from every folder, less the test split of the labelled categories: images to pre-train on that no
-    test of an encoder ever scores."""
-    tested = {os.path.realpath(path) for path in split_files(root, "test")[1]}
+    belongs), from every folder, less the test split of the labelled categories (drawn by ``split_seed``): images to
+    pre-train on that no test of an encoder ever scores."""
+    tested = {os.path.realpath(path) for path in split_files(root, "test", split_seed)[1]}
     return [path for path in image_files(root).files if os.path.realpath(path) not in tested]
 
 
-def openclipart_pool_source(location: str, split: str, image_size: int) -> ArraySource:
+def openclipart_pool_source(location: str, split: str, image_size: int, split_seed: int = 0) -> ArraySource:
     """The unlabelled pool (``pool_files``) as the training split, for pre-training on more drawings than the
-    labelled categories hold (every image labelled -1); the test split is ``openclipart``'s."""
+    labelled categories hold (every image labelled -1); the test split is ``openclipart``'s (of ``split_seed``)."""
     if split == "test":
-        return openclipart_source(location, split, image_size)
+        return openclipart_source(location, split, image_size, split_seed)
     if split != "train":
         raise DataError(f"openclipart-pool has no split {split!r}; it has train, test")
     root = Path(location or DEFAULT_ROOT).expanduser()
-    files = pool_files(root)
+    files = pool_files(root, split_seed)
     pixels, kept_positions = decoded_drawings(files, "pool", image_size)
     return ArraySource(pixels, torch.full((len(kept_positions),), -1), (),
                        f"openclipart pool ({len(kept_positions)} unlabelled drawings of every folder under {root}, "
-                       f"less the labelled categories' test split; whole on white at {image_size} px)")
+                       f"less the labelled categories' test split{split_said(split_seed)}; whole on white at "
+                       f"{image_size} px)")

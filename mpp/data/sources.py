@@ -36,8 +36,9 @@ def image_folder_split(location: str, cfg: DataConfig, split: StoredSplit) -> Im
 READERS: dict[str, Callable[[str, DataConfig, StoredSplit, int], ImageSource]] = {
     "shapes": lambda location, cfg, split, size: ShapesSource(split, size),  # rendered at the model's resolution
     "fashion-mnist": lambda location, cfg, split, size: fashion_mnist_source(location, split),
-    "openclipart": lambda location, cfg, split, size: openclipart_source(location, split, size),  # cached per size
-    "openclipart-pool": lambda location, cfg, split, size: openclipart_pool_source(location, split, size),
+    "openclipart": lambda location, cfg, split, size: openclipart_source(location, split, size, cfg.split_seed),
+    "openclipart-pool": lambda location, cfg, split, size: openclipart_pool_source(location, split, size,
+                                                                                   cfg.split_seed),
     "cifar10": lambda location, cfg, split, size: cifar_source("cifar10", location, split),
     "cifar100": lambda location, cfg, split, size: cifar_source("cifar100", location, split),
     "folder": lambda location, cfg, split, size: image_folder_split(location, cfg, split),

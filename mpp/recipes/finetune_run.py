@@ -1,6 +1,6 @@
 """Fine-tuning an encoder (pre-trained, or fresh without init) on a classification task, one run
 (recipes/finetune.py; ``mpp.finetune``): the learning-rate sweep when asked, then training on all the training images
-and top-1 on the test split."""
+and top-1 on the test split (or on a held-out slice of the training split; or its predictions, sealed)."""
 
 from __future__ import annotations
 
@@ -48,9 +48,10 @@ def fine_tune(cfg: FinetuneRunConfig) -> RunResult:
         image_size = encoder.patch_embed.img_size[0]
         split = dict(image_size=image_size, channels=model_cfg.in_chans, seed=cfg.seed,
                      process_index=accelerator.process_index, num_processes=accelerator.num_processes)
-        # The test split first: its classes must be the training data's, and a classifier needs two of them,
-        # which matter more to fix than the training split's shots per class.
-        test_set = build_dataset(cfg.data, "test", augment=False, **split)
+        # The scored split first (the test split, or the training split's held-out slice): its classes must be the
+        # training data's, and a classifier needs two of them, which matter more to fix than the shots per class.
+        scored = cfg.finetune.scored_split
+        test_set = build_dataset(cfg.data, scored, augment=False, **split)
         check_classes_to_learn(test_set)
         train_set = build_dataset(cfg.data, "train", augment=True, **split,
                                   per_image=image_augmentation(cfg.augment, mean, std))
@@ -74,7 +75,7 @@ def fine_tune(cfg: FinetuneRunConfig) -> RunResult:
         logger.info("init: %s", pretrained.location if pretrained else "none (training from scratch)")
         logger.info("plan: %s%s", trainer.describe(),
                     f" (the learning rate {cfg.finetune.lr_from} chose)" if cfg.finetune.lr_from else "")
-        logger.info("data: %s; test: %s%s", train_set.description, test_set.description,
+        logger.info("data: %s; %s: %s%s", train_set.description, scored, test_set.description,
                     f"; each pass mixed: {mixing.description}" if mixing is not None else "")
         logger.info("encoder: %s, %.2fM parameters, %d patches of %d px at %d px; zero-initialised %s head, %d "
                     "classes", model_cfg.name, count_parameters(encoder) / 1e6, encoder.patch_embed.num_patches,
@@ -96,12 +97,17 @@ def fine_tune(cfg: FinetuneRunConfig) -> RunResult:
                 logger.warning("sweep: lr %g is the %s rate of finetune.sweep_lrs, so the best rate may lie beyond it; "
                                "add a rate %s it and run again", trainer.train_config.lr, edge,
                                "above" if edge == "highest" else "below")
-        metrics = train_classifier(trainer, test_set, "test")
+        metrics = train_classifier(trainer, test_set, scored, sealed=cfg.finetune.sealed)
         metrics.update(init=cfg.init or None, chosen_lr=max(sweep, key=sweep.get) if sweep else None,
                        **{f"sweep_holdout_{cfg.finetune.sweep_score}": {f"{rate:g}": score for rate, score in
                                                                          sweep.items()} or None})
         session.finish(metrics)
-    logger.info("done: test_accuracy %.4f%s, balanced %.4f, with lr %g; %s", metrics["test_accuracy"],
-                f" (averaged weights: {metrics['test_accuracy_averaged']:.4f})" if cfg.finetune.ema_decay else "",
-                metrics["test_balanced_accuracy"], trainer.train_config.lr, floors_said(metrics, "test_"))
+    if cfg.finetune.sealed:
+        logger.info("done: with lr %g; the %s split's predictions sealed in %s", trainer.train_config.lr, scored,
+                    metrics[f"{scored}_predictions"])
+    else:
+        logger.info("done: %s_accuracy %.4f%s, balanced %.4f, with lr %g; %s", scored, metrics[f"{scored}_accuracy"],
+                    f" (averaged weights: {metrics[f'{scored}_accuracy_averaged']:.4f})" if cfg.finetune.ema_decay
+                    else "", metrics[f"{scored}_balanced_accuracy"], trainer.train_config.lr,
+                    floors_said(metrics, f"{scored}_"))
     return RunResult(session.run_dir, metrics)

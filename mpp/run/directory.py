@@ -30,6 +30,7 @@ RUNS_DIR = Path("runs")  # where a run goes when no output_dir is given
 CONFIG_FILE = "config.yaml"  # the resolved config
 LOG_FILE = "log.txt"
 METRICS_FILE = "metrics.json"
+PREDICTIONS_FILE = "predictions.json"  # finetune.sealed: the scored split's predictions and labels, unscored
 CHECKPOINTS_DIR = "checkpoints"  # step_<N>/, the newest train.keep_checkpoints of them
 EXPORT_DIR = "export"  # the encoder in timm's hub format
 PICTURES_DIR = "pictures"

@@ -4,6 +4,7 @@ split once trained, and the learning-rate sweep of fine-tuning (App. B.1.1), eac
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -18,9 +19,9 @@ from mpp.data.loading import build_loader, check_batch_fits, prepare_loader
 from mpp.data.subsets import holdout_split
 from mpp.data.transforms import ImageView
 from mpp.errors import ConfigError, DataError
-from mpp.metrics import class_hits, class_scores
+from mpp.metrics import scores_of
 from mpp.models.classifier import ImageClassifier
-from mpp.run.directory import SWEEP_DIR, read_metrics, write_metrics
+from mpp.run.directory import PREDICTIONS_FILE, SWEEP_DIR, read_metrics, write_metrics, write_whole
 from mpp.run.session import Session, local_processes
 from mpp.training.engine import Monitor
 from mpp.training.trainer import Trainer
@@ -29,38 +30,48 @@ logger = logging.getLogger(__name__)
 
 
 @torch.no_grad()
-def top1_hits(accelerator: Accelerator, model: torch.nn.Module, loader: DataLoader, num_classes: int
-              ) -> torch.Tensor:
-    """(K 2) per class: ``loader``'s images whose highest logit is their label, and the images (``mpp.metrics``).
+def top1_predictions(accelerator: Accelerator, model: torch.nn.Module, loader: DataLoader
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n) the class of each of ``loader``'s images with the highest logit, and (n) its label, in the loader's order.
     ``loader`` is prepared: each process scores its share, and ``gather_for_metrics`` drops the samples repeated to
     even out the last batch."""
     was_training = model.training
     model.eval()
-    hits = torch.zeros(num_classes, 2, dtype=torch.long, device=accelerator.device)
+    predicted, known = [], []
     for images, labels, random_keys in loader:
         with accelerator.autocast():  # a model accelerate did not prepare (the averaged weights) needs it too
             logits = model(images, labels, random_keys).logits
         predictions, labels = accelerator.gather_for_metrics((logits.argmax(dim=-1), labels))
-        hits += class_hits(predictions, labels, num_classes)
+        predicted.append(predictions)
+        known.append(labels)
     model.train(was_training)
-    return hits
+    return torch.cat(predicted), torch.cat(known)
+
+
+def scored_models(trainer: Trainer) -> dict[str, torch.nn.Module]:
+    """The weights a trained classifier is scored with: its final ones, and its averaged ones where it keeps them."""
+    return {"final": trainer.model} | ({"averaged": trainer.averaged.module} if trainer.averaged is not None else {})
+
+
+def eval_loader(trainer: Trainer, eval_set: Dataset) -> DataLoader:
+    """``eval_set`` in its order, prepared: each process reads its share."""
+    accelerator = trainer.session.accelerator
+    batch = trainer.train_config.eval_batch_size or trainer.plan.micro_batch_size
+    return prepare_loader(accelerator, build_loader(eval_set, batch, trainer.run_config.data, train=False,
+                                                    device_type=accelerator.device.type,
+                                                    local_processes=local_processes(accelerator)))
 
 
 def score_classifier(trainer: Trainer, eval_set: Dataset, eval_name: str) -> dict[str, Any]:
     """``<eval_name>_accuracy``, ``..._balanced_accuracy`` and ``..._per_class_accuracy`` of the classifier
     ``trainer`` trained (and ``<eval_name>_accuracy_averaged``, ``..._balanced_accuracy_averaged`` of its averaged
     weights), logged and sent to TensorBoard as ``eval/...``."""
-    accelerator = trainer.session.accelerator
-    batch = trainer.train_config.eval_batch_size or trainer.plan.micro_batch_size
-    loader = prepare_loader(accelerator, build_loader(eval_set, batch, trainer.run_config.data, train=False,
-                                                      device_type=accelerator.device.type,
-                                                      local_processes=local_processes(accelerator)))
-    num_classes = eval_set.num_classes
-    scores = class_scores(top1_hits(accelerator, trainer.model, loader, num_classes), f"{eval_name}_")
-    if trainer.averaged is not None:
-        averaged = class_scores(top1_hits(accelerator, trainer.averaged.module, loader, num_classes), f"{eval_name}_")
-        scores |= {f"{eval_name}_{kind}_averaged": averaged[f"{eval_name}_{kind}"]
-                   for kind in ("accuracy", "balanced_accuracy")}
+    accelerator, loader = trainer.session.accelerator, eval_loader(trainer, eval_set)
+    scores = {}
+    for weights, model in scored_models(trainer).items():
+        found = scores_of(*top1_predictions(accelerator, model, loader), eval_set.num_classes, f"{eval_name}_")
+        scores |= found if weights == "final" else {f"{eval_name}_{kind}_averaged": found[f"{eval_name}_{kind}"]
+                                                    for kind in ("accuracy", "balanced_accuracy")}
     plain = {key: value for key, value in scores.items() if not isinstance(value, list)}
     images_seen = trainer.train_config.steps * trainer.plan.global_batch_size
     accelerator.log({f"{trainer.log_prefix}eval/{key}": value for key, value in plain.items()}, step=images_seen)
@@ -69,12 +80,31 @@ def score_classifier(trainer: Trainer, eval_set: Dataset, eval_name: str) -> dic
     return scores
 
 
-def train_classifier(trainer: Trainer, eval_set: Dataset, eval_name: str, monitors: Sequence[Monitor] = ()
-                     ) -> dict[str, Any]:
-    """Train, then score top-1 on ``eval_set``: the run's metrics with its peak ``lr`` and its scores."""
+def seal_predictions(trainer: Trainer, eval_set: Dataset, eval_name: str) -> dict[str, Any]:
+    """The classifier's predictions on ``eval_set``, with its labels, written to the run's ``PREDICTIONS_FILE``
+    unscored (``finetune.sealed``): a registered test reads its seeds' predictions once, after the last. Nothing
+    is scored, logged or sent to TensorBoard; the metrics say where the predictions are."""
+    accelerator, loader = trainer.session.accelerator, eval_loader(trainer, eval_set)
+    sealed: dict[str, Any] = {"split": eval_name, "class_names": list(getattr(eval_set, "class_names", ())) or
+                              [str(label) for label in range(eval_set.num_classes)]}
+    for weights, model in scored_models(trainer).items():
+        predictions, labels = top1_predictions(accelerator, model, loader)
+        sealed |= {"labels": labels.tolist(), weights: predictions.tolist()}
+    if accelerator.is_main_process:
+        path = trainer.run_dir / PREDICTIONS_FILE
+        write_whole(path, lambda partial: partial.write_text(json.dumps(sealed) + "\n"))
+    logger.info("%s%d %s images predicted and sealed, not scored, in %s", trainer.log_prefix, len(eval_set),
+                eval_name, PREDICTIONS_FILE)
+    return {f"{eval_name}_predictions": PREDICTIONS_FILE}
+
+
+def train_classifier(trainer: Trainer, eval_set: Dataset, eval_name: str, monitors: Sequence[Monitor] = (),
+                     sealed: bool = False) -> dict[str, Any]:
+    """Train, then score top-1 on ``eval_set`` (``sealed``: write its predictions unscored): the run's metrics with
+    its peak ``lr`` and its scores."""
     metrics = trainer.fit(monitors)
     metrics["lr"] = trainer.train_config.lr
-    metrics.update(score_classifier(trainer, eval_set, eval_name))
+    metrics.update((seal_predictions if sealed else score_classifier)(trainer, eval_set, eval_name))
     return metrics
 
 

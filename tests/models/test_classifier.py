@@ -14,8 +14,8 @@ from mpp.config.training import TrainConfig
 from mpp.errors import ConfigError
 from mpp.models.classifier import ImageClassifier
 from mpp.models.encoder import create_encoder, pooled_features
-from mpp.metrics import class_scores
-from mpp.training.classifier_training import top1_hits
+from mpp.metrics import class_hits, class_scores
+from mpp.training.classifier_training import top1_predictions
 from mpp.training.non_finite import NonFiniteGuard
 from mpp.training.optimizer import create_optimizer
 
@@ -94,14 +94,16 @@ class FixedLogits(torch.nn.Module):
         return type("Output", (), {"logits": torch.nn.functional.one_hot(images.long(), 3).float()})
 
 
-def test_top1_hits_count_every_image_once_in_its_class():
+def test_top1_predictions_keep_every_image_once_in_order():
     accelerator = Accelerator(cpu=USE_CPU)
     predicted = torch.tensor([0, 1, 2, 2, 1, 0, 0])
     labels = torch.tensor([0, 1, 1, 2, 0, 0, 2])  # 4 of 7 right
     keys = torch.arange(7)
     batches = DataLoader(list(zip(predicted, labels, keys, strict=True)), batch_size=3)  # the last one uneven
     loader = accelerator.prepare(batches)
-    hits = top1_hits(accelerator, FixedLogits(), loader, 3)
+    predictions, seen = top1_predictions(accelerator, FixedLogits(), loader)
+    assert predictions.tolist() == predicted.tolist() and seen.tolist() == labels.tolist()
+    hits = class_hits(predictions, seen, 3)
     assert hits.tolist() == [[2, 3], [1, 2], [1, 2]]  # per class: right, seen
     scores = class_scores(hits, "test_")
     assert scores["test_accuracy"] == pytest.approx(4 / 7)

@@ -15,7 +15,7 @@ from mpp.config.building import build_config
 from mpp.errors import ConfigError
 from mpp.evaluation.statistics import paired_difference
 from mpp.experiments.runner import claim_experiment
-from study.confirmatory import ConfirmatoryConfig, one_sided_p, plan_runs, publish, read_tests, tables
+from study.confirmatory import ConfirmatoryConfig, one_sided_p, plan_runs, plan_tuning, publish, read_tests, tables
 from tests.launching import ROOT, run_module_here
 
 CONFIGS = ROOT / "recipes" / "configs"
@@ -33,6 +33,8 @@ TINY = {  # 40 shapes images, a one-block ViT on 16x16 images, batches of 8
     "mpp": ["train.global_batch_size=8", "train.warmup_steps=1", "train.steps=3", "mpp.downsampled_size=2"],
     "finetune": ["train.global_batch_size=8", "train.warmup_steps=1", "train.log_every=1", "finetune.sweep_lrs=[]"],
     "arms": ARMS, "better": "mpp", "worse": "scratch", "registration": "a test's registration",
+    "sequence": [{"test": "the same comparison in top-1 accuracy", "measure": "accuracy"},
+                 {"test": "the gain smaller than +2 points", "against": 2.0, "alternative": "less"}],
     "secondary": ["claim 2"], "parallel_runs": 2,
 }
 
@@ -179,7 +181,7 @@ def test_the_gpu_test_dry_run_tunes_on_its_tuning_seed_times_its_runs_and_runs_o
     result = run_module_here(*command, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "timed over 2 steps" in result.stderr and "1 of the 1 seeds not yet recorded fit" in result.stderr
-    assert "the tuning seed first" in result.stderr
+    assert "the tuning first" in result.stderr
     results = json.loads((tmp_path / "published" / "results.json").read_text())
     arms = [arm["name"] for arm in settings["arms"]]
     assert sorted(results["tuned_rates"]) == sorted(arms)  # chosen once, on the tuning seed, from the grid
@@ -193,7 +195,7 @@ def test_the_gpu_test_dry_run_tunes_on_its_tuning_seed_times_its_runs_and_runs_o
     preset.write_text(yaml.safe_dump(settings))
     result = run_module_here(*command, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "0 of the 1 seeds not yet recorded fit" in result.stderr and "tuning seed first" not in result.stderr
+    assert "0 of the 1 seeds not yet recorded fit" in result.stderr and "tuning first" not in result.stderr
     assert list(json.loads((tmp_path / "published" / "results.json").read_text())["per_seed"]) == \
         [str(seed) for seed in settings["seeds"][:1]]
 
@@ -205,3 +207,91 @@ def test_a_registered_seed_added_after_a_reading_withdraws_it_until_that_seed_is
     table = publish(tiny_config(tmp_path, seeds=[1, 2, 3, 4, 5, 6]), results)
     assert "primary" not in results and "secondary" not in results and "Seeds recorded: 5 of 6" in table
     assert json.loads((tmp_path / "confirm" / "results.json").read_text()).keys() == results.keys()
+
+
+SEALED = {  # the tiny test sealed, tuned on its own seed among two rates and one set of regularisers, with pixels
+    "sealed": True, "pixels": ["data.shots_per_class=4"],
+    "tuning": {"seed": 50, "rates": [0.03, 0.1], "holdout_fraction": 0.2,
+               "regularisers": [{"name": "smoothing", "overrides": ["classifier.label_smoothing=0.1"]}]},
+    "arms": [{**ARMS[0], "regularised": True}, {**ARMS[1], "regularised": True}],
+}
+
+
+def test_the_tuning_trains_each_arm_at_each_candidate_on_its_own_seed_and_scores_it_on_a_held_out_slice(tmp_path):
+    cfg = tiny_config(tmp_path, **{**SEALED, "arms": [*SEALED["arms"], {**ARMS[1], "name": "mpp-paper"}]},
+                      seeds=[0, 1])
+    runs = {run.name: run for run in plan_tuning(cfg)}
+    assert sorted(runs) == sorted([
+        "pretrain/mpp-seed50", *(f"tuning/{arm}-{candidate}-seed50" for arm in ("scratch", "mpp") for candidate in
+                                 ("smoothing-lr0.03", "smoothing-lr0.1")),
+        "tuning/mpp-paper-paper-lr0.03-seed50", "tuning/mpp-paper-paper-lr0.1-seed50"])
+    scratch = runs["tuning/scratch-smoothing-lr0.1-seed50"].command
+    assert {"classifier.label_smoothing=0.1", "train.lr=0.1", "data.holdout_fraction=0.2",
+            "finetune.scored_split=holdout", "data.subset_seed=50", "seed=50"} <= set(scratch)
+    assert "classifier.label_smoothing=0.1" not in runs["tuning/mpp-paper-paper-lr0.1-seed50"].command
+    assert runs["tuning/mpp-smoothing-lr0.03-seed50"].after == "pretrain/mpp-seed50"
+    # The test seeds train at what the tuning chose, their predictions sealed.
+    test_runs = {run.name: run for run in plan_runs(cfg, [0], {"mpp": ("train.lr=0.03",)})}
+    assert "finetune.sealed=true" in test_runs["finetune/mpp-seed0"].command
+    assert "train.lr=0.03" in test_runs["finetune/mpp-seed0"].command
+
+
+def test_a_tuning_seed_must_not_be_a_test_seed_and_regularised_arms_need_sets(tmp_path):
+    with pytest.raises(ConfigError, match="tuning.seed=1 is among the test seeds"):
+        tiny_config(tmp_path, **{**SEALED, "tuning": {**SEALED["tuning"], "seed": 1}}, seeds=[0, 1])
+    with pytest.raises(ConfigError, match="chooses its regularisers among tuning.regularisers"):
+        tiny_config(tmp_path, **{**SEALED, "tuning": {**SEALED["tuning"], "regularisers": []}}, seeds=[0, 1])
+    with pytest.raises(ConfigError, match="names arms 'mpp' and 'nobody'"):
+        tiny_config(tmp_path, sequence=[{"test": "t", "better": "mpp", "worse": "nobody"}])
+
+
+@pytest.mark.slow
+@pytest.mark.many_runs
+@pytest.mark.usefixtures("experiment_runs_here")
+def test_a_sealed_test_records_training_figures_alone_until_the_last_seed_then_reads_it_once(tmp_path):
+    published = tmp_path / "published"
+    preset = tmp_path / "confirm.yaml"
+    settings = {**TINY, **SEALED, "output_dir": str(tmp_path / "confirm"), "publish_dir": str(published)}
+    preset.write_text(yaml.safe_dump({**settings, "seeds": [0, 1]}))
+    command = ["study.confirmatory", "--config", str(preset)]
+    claim_experiment(build_config(ConfirmatoryConfig, preset))
+    blocked = tmp_path / "confirm" / "pretrain" / "mpp-seed1"  # seed 1 cannot start: seed 0 alone is recorded
+    blocked.parent.mkdir(parents=True)
+    blocked.write_text("in the way")
+    result = run_module_here(*command, check=False)
+    assert result.returncode != 0 and "runs failed: pretrain/mpp-seed1" in result.stderr, result.stderr[-3000:]
+    results = json.loads((published / "results.json").read_text())
+    tuning = results["tuning"]
+    assert set(tuning) == {"scratch", "mpp"} and set(tuning["mpp"]["holdout_balanced_accuracy"]) == {
+        "smoothing-lr0.03", "smoothing-lr0.1"}
+    chosen = {arm: float(record["chosen"].rsplit("-lr", 1)[1]) for arm, record in tuning.items()}
+    seed0 = results["per_seed"]["0"]
+    assert {arm: seed0[arm]["lr"] for arm in chosen} == chosen  # trained at what the tuning chose
+    # Blind: no test figure anywhere the seeds' records are published, nor in the runs' logs; the predictions sealed.
+    assert not {"accuracy", "balanced_accuracy"} & set(seed0["mpp"]) and "predictions_sha256" in seed0["mpp"]
+    assert "primary" not in results and "Balanced accuracy" not in (published / "results.md").read_text()
+    log = (tmp_path / "confirm" / "finetune" / "mpp-seed0" / "log.txt").read_text()
+    assert "test_accuracy" not in log and "predicted and sealed" in log
+    sealed = json.loads((published / "sealed-predictions.json").read_text())
+    assert list(sealed["predictions"]) == ["0"] and len(sealed["predictions"]["0"]["mpp"]) == len(
+        sealed["split"]["labels"])
+
+    blocked.unlink()  # continued: the tuning is not run again; seed 1, the pixels, then the one reading
+    result = run_module_here(*command, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "tuning/" not in result.stderr.split("runs, ")[0]  # the first execute is the seeds', not the tuning's
+    results = json.loads((published / "results.json").read_text())
+    assert results["primary"]["seeds"] == [0, 1] and results["tuning"] == tuning
+    mpp = results["per_seed"]["1"]["mpp"]
+    assert len(mpp["per_class_accuracy"]) == 10 and 0 <= mpp["balanced_accuracy"] <= 1
+    assert set(results["pixels"]["1"]) == {"logistic_regression", "knn"}
+    table = (published / "results.md").read_text()
+    assert "raw pixels, logistic regression" in table and "Per category" in table and "Tuning on seed 50" in table
+
+    # A sealed prediction changed after its seed was recorded is refused at the reading.
+    text = (published / "sealed-predictions.json").read_text()
+    changed = json.loads(text)
+    changed["predictions"]["0"]["mpp"][0] = (changed["predictions"]["0"]["mpp"][0] + 1) % 10
+    (published / "sealed-predictions.json").write_text(json.dumps(changed))
+    result = run_module_here(*command, "tables_only=true", check=False)
+    assert result.returncode != 0 and "SHA-256 differs" in result.stderr
