@@ -97,6 +97,17 @@ def test_a_learning_rate_taken_from_another_run_and_a_sweep_of_its_own_are_refus
     build_config(FinetuneRunConfig, overrides=["finetune.lr_from=runs/a", "finetune.sweep_lrs=[]"])
 
 
+def test_scoring_a_held_out_slice_needs_one_and_a_split_seed_needs_a_source_it_draws():
+    with pytest.raises(ConfigError, match="finetune.scored_split=holdout scores the held-out slice of the training "
+                                          r"split: set data.holdout_fraction \(e.g. 0.2\)"):
+        build_config(FinetuneRunConfig, overrides=["finetune.scored_split=holdout"])
+    build_config(FinetuneRunConfig, overrides=["finetune.scored_split=holdout", "data.holdout_fraction=0.2"])
+    with pytest.raises(ConfigError, match="data.split_seed=1 draws the test split of openclipart and "
+                                          "openclipart-pool; data.source=fashion-mnist keeps its own"):
+        build_config(FinetuneRunConfig, overrides=["data.source=fashion-mnist", "data.split_seed=1"])
+    build_config(FinetuneRunConfig, overrides=["data.source=openclipart-pool", "data.split_seed=1"])
+
+
 def test_yaml_that_cannot_be_parsed_is_named_with_its_line_and_column(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("train: {steps: 3\nmodel:\n  depth: 2\n")  # the mapping is never closed

@@ -74,13 +74,11 @@ class DataConfig:
     shuffle_buffer: int = 10_000  # streaming: examples in the shuffle buffer
     max_bad_fraction: float = 0.01  # images that fail to decode are skipped; more than this fraction stops the run
 
-    # openclipart, openclipart-pool: the seed of the permutation that draws each category's test fifth (0: the split
-    # every published clip-art result reads; another seed, a fresh test split, as a registered replication needs)
-    split_seed: int = 0
     # Seeded slices of the training split (App. B.1.1 holds out 1-10% of it to tune on)
     holdout_fraction: float = 0.0  # this fraction of the training split becomes the "holdout" split
     shots_per_class: int = 0  # > 0: keep this many training images per class (few-shot, low-label settings)
     subset_seed: int = 0  # chooses the hold-out slice and the shots, independently of the run's seed
+    split_seed: int = 0  # openclipart(-pool): draws each category's test fifth; 0 is the split published results read
     # Views: pre-training crops and flips (Inception-style, as the paper's ImageNet recipes); evaluation resizes
     crop_scale: tuple[float, float] = (0.08, 1.0)
     crop_ratio: tuple[float, float] = (3 / 4, 4 / 3)

@@ -53,6 +53,21 @@ def test_categories_with_enough_images_less_the_excluded_split_by_file_the_same_
     assert torch.equal(red, train.labels == 0)
 
 
+def test_another_split_seed_draws_another_test_split_of_the_same_size_and_the_pool_leaves_it_out(clip_art):
+    from mpp.data.openclipart import pool_files
+
+    (_, test0, _), (_, test1, labels1), (_, train1, _) = (split_files(clip_art, split, seed) for split, seed in
+                                                          (("test", 0), ("test", 1), ("train", 1)))
+    assert len(test0) == len(test1) and set(test0) != set(test1)
+    assert not set(test1) & set(train1) and len(test1) + len(train1) == 2 * (MIN_IMAGES + 10)
+    assert torch.bincount(torch.tensor(labels1)).tolist() == [round(TEST_FRACTION * (MIN_IMAGES + 10))] * 2
+    pool = {os.path.realpath(path) for path in pool_files(clip_art, 1)}
+    assert not pool & {os.path.realpath(path) for path in test1}
+    assert {os.path.realpath(path) for path in train1} <= pool
+    said = openclipart_source(str(clip_art), "test", 8, split_seed=1).description
+    assert ", split seed 1," in said and "split seed" not in openclipart_source(str(clip_art), "test", 8).description
+
+
 def test_each_drawing_is_whole_on_white_and_cached(clip_art, cache_in):
     test = openclipart_source(str(clip_art), "test", 12)
     image = test.array[0]  # (3 12 12): the 12x8 drawing centred on a white square

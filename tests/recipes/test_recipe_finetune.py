@@ -195,3 +195,29 @@ def test_an_init_file_that_holds_no_weights_is_refused_in_one_line(folders, tmp_
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: init={not_weights}: cannot read {not_weights} as weights") and "header" in last
     assert not (tmp_path / "run").exists()
+
+
+def test_sealed_predictions_score_as_the_same_run_scored_and_a_held_out_slice_is_scored_in_place_of_the_test(
+        mpp_run, folders, tmp_path):
+    from mpp.metrics import scores_of
+
+    same = (f"init={mpp_run}", *TINY, *folders, "train.steps=12", "train.lr=0.1", "finetune.ema_decay=0.5")
+    run_here(f"output_dir={tmp_path / 'scored'}", *same, script=FINETUNE)
+    sealed = run_here(f"output_dir={tmp_path / 'sealed'}", *same, "finetune.sealed=true", script=FINETUNE)
+    scored = json.loads((tmp_path / "scored" / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "sealed" / "metrics.json").read_text())
+    assert metrics["test_predictions"] == "predictions.json" and not any(
+        key.startswith("test_") and key != "test_predictions" for key in metrics)
+    assert "test_accuracy" not in sealed.stderr and "predicted and sealed" in sealed.stderr  # not even logged
+    predictions = json.loads((tmp_path / "sealed" / "predictions.json").read_text())
+    assert len(predictions["labels"]) == len(predictions["final"]) == len(predictions["averaged"]) == 12
+    for weights, suffix in (("final", ""), ("averaged", "_averaged")):
+        found = scores_of(torch.tensor(predictions[weights]), torch.tensor(predictions["labels"]), 2)
+        assert found["accuracy"] == scored[f"test_accuracy{suffix}"]
+        assert found["balanced_accuracy"] == scored[f"test_balanced_accuracy{suffix}"]
+    # Scored on a quarter of the training images held out (8 of 32), never the test folder.
+    held_out = run_here(f"output_dir={tmp_path / 'holdout'}", *same, "data.holdout_fraction=0.25",
+                        "finetune.scored_split=holdout", script=FINETUNE)
+    metrics = json.loads((tmp_path / "holdout" / "metrics.json").read_text())
+    assert "holdout_balanced_accuracy" in metrics and "test_accuracy" not in metrics
+    assert "on 8 holdout images" in held_out.stderr
