@@ -42,6 +42,7 @@ DEFAULT_PRESET = Path(__file__).parent / "configs" / "confirm_openclipart_cpu.ya
 PRETRAIN = "pretrain/mpp"
 TUNING = "tuning"  # the tuning seed's runs: tuning/<arm>-<candidate>-seed<seed>
 SEALED_FILE = "sealed-predictions.json"  # sealed: the test seeds' predictions, unscored until the last seed
+WIDENINGS = 2  # the most rates a tuned arm's grid gains where its choice is an end of it
 
 
 @dataclass(frozen=True)
@@ -183,54 +184,81 @@ def pretraining_run(cfg: ConfirmatoryConfig, seed: int, output_dir: Path, steps:
                                                 seed, output_dir / name), None)
 
 
-def candidates(cfg: ConfirmatoryConfig, arm: Arm) -> dict[str, tuple[str, ...]]:
-    """An arm's settings the tuning chooses among, by name: each rate of ``tuning.rates``, with each set of
+def arm_rates(cfg: ConfirmatoryConfig, arm: Arm, tuning: dict[str, Any]) -> list[float]:
+    """The rates an arm's tuning tries: ``tuning.rates``, widened where its choice was an end (``tuning``, its
+    record)."""
+    return tuning.get(arm.name, {}).get("rates") or list(cfg.tuning.rates)
+
+
+def candidates(cfg: ConfirmatoryConfig, arm: Arm, tuning: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """An arm's settings the tuning chooses among, by name: each of its rates, with each set of
     ``tuning.regularisers`` where the arm is regularised."""
     sets = cfg.tuning.regularisers if arm.regularised else (Regularisers("paper"),)
     return {f"{regularisers.name}-lr{rate:g}": (*regularisers.overrides, f"train.lr={rate}")
-            for regularisers in sets for rate in cfg.tuning.rates}
+            for regularisers in sets for rate in arm_rates(cfg, arm, tuning)}
 
 
 def tuning_run_name(arm: str, candidate: str, seed: int) -> str:
     return f"{TUNING}/{arm}-{candidate}-seed{seed}"
 
 
-def plan_tuning(cfg: ConfirmatoryConfig, output_dir: Optional[Path] = None, steps: tuple[str, ...] = ()
-                ) -> list[Run]:
-    """The tuning seed's runs: its MPP pre-training, then each arm at each of its ``candidates``, trained whole on
-    that seed's labelled images and scored on the slice of the training split held out from them."""
+def plan_tuning(cfg: ConfirmatoryConfig, scored: dict[str, Any], output_dir: Optional[Path] = None,
+                steps: tuple[str, ...] = (), pretrained: bool = True, from_scratch: int = -1) -> list[Run]:
+    """The tuning seed's runs not yet ``scored`` (its record, per arm, of each candidate's held-out score): its MPP
+    pre-training, where a pre-trained arm has a candidate left, and then each candidate of each arm, trained whole on
+    that seed's labelled images and scored on the slice of the training split held out from them. ``pretrained``:
+    with the pre-training and the pre-trained arms' candidates (whole, as on a machine that keeps none of its runs);
+    ``from_scratch``: the first that many candidates of the arms from scratch (-1: all)."""
     output_dir, seed = output_dir or Path(cfg.output_dir), cfg.tuning.seed
     pretrain = pretraining_run(cfg, seed, output_dir, steps)
-    runs = [pretrain]
+    runs, scratch = [], []
     for arm in cfg.arms:
         init = (f"init={output_dir / pretrain.name}",) if arm.pretrained else ()
-        for candidate, overrides in candidates(cfg, arm).items():
+        for candidate, overrides in candidates(cfg, arm, scored).items():
+            if candidate in scored.get(arm.name, {}).get("holdout_balanced_accuracy", {}):
+                continue
             name = tuning_run_name(arm.name, candidate, seed)
             command = recipe_command(cfg, "finetune", cfg.finetune_preset, (
                 *arm_overrides(cfg, arm, seed), *overrides, f"data.holdout_fraction={cfg.tuning.holdout_fraction}",
                 "finetune.scored_split=holdout", *init, *steps), seed, output_dir / name)
-            runs.append(Run(name, "finetune", command, pretrain.name if arm.pretrained else None))
-    return runs
+            run = Run(name, "finetune", command, pretrain.name if arm.pretrained else None)
+            (runs if arm.pretrained else scratch).append(run)
+    runs = ([pretrain, *runs] if runs else []) if pretrained else []
+    return runs + scratch[:None if from_scratch < 0 else from_scratch]
 
 
-def tuning_record(cfg: ConfirmatoryConfig, output_dir: Path) -> dict[str, Any]:
-    """Per arm: each candidate's held-out balanced accuracy (the final weights', as the test scores them), the one
-    chosen (the highest; the first of equals), its overrides, and whether its rate is an end of the grid."""
-    record = {}
-    for arm in cfg.arms:
-        options = candidates(cfg, arm)
-        scores = {candidate: read_metrics(output_dir / tuning_run_name(arm.name, candidate, cfg.tuning.seed))[
-            "holdout_balanced_accuracy"] for candidate in options}
-        chosen = max(scores, key=scores.get)
-        rate = float(chosen.rsplit("-lr", 1)[1])
-        edge = None if min(cfg.tuning.rates) < rate < max(cfg.tuning.rates) else \
-            "highest" if rate == max(cfg.tuning.rates) else "lowest"
-        if edge:
-            logger.warning("tuning: %s chose %s, the %s rate of tuning.rates: the best may lie beyond it", arm.name,
-                           chosen, edge)
-        record[arm.name] = {"holdout_balanced_accuracy": scores, "chosen": chosen, "overrides": list(options[chosen]),
-                            "grid_edge": edge}
-    return record
+def tuning_runs(cfg: ConfirmatoryConfig, tuning: dict[str, Any]) -> dict[str, tuple[Arm, str]]:
+    """Every tuning run's name -> its arm and candidate (``tuning``: the record so far, whose grids may be
+    widened)."""
+    return {tuning_run_name(arm.name, candidate, cfg.tuning.seed): (arm, candidate)
+            for arm in cfg.arms for candidate in candidates(cfg, arm, tuning)}
+
+
+def record_tuning(cfg: ConfirmatoryConfig, tuning: dict[str, Any], run: Run, output_dir: Path) -> None:
+    """A finished tuning run's held-out balanced accuracy (the final weights', as the test scores them) added to
+    ``tuning``; once an arm has every candidate's, the one it chose (the highest; the first of equals), its
+    overrides and rate. A rate at an end of the arm's grid widens the grid by one rate (a factor of 3) on that side,
+    up to ``WIDENINGS`` times, and the choice waits for the new rate's candidates."""
+    arm, candidate = tuning_runs(cfg, tuning)[run.name]
+    record = tuning.setdefault(arm.name, {"holdout_balanced_accuracy": {}})
+    scores = record["holdout_balanced_accuracy"]
+    scores[candidate] = read_metrics(run.directory(output_dir))["holdout_balanced_accuracy"]
+    options = candidates(cfg, arm, tuning)
+    if set(options) - set(scores):
+        return
+    record["holdout_balanced_accuracy"] = {name: scores[name] for name in options}  # in the grid's order
+    chosen = max(record["holdout_balanced_accuracy"], key=record["holdout_balanced_accuracy"].get)
+    rates, rate = arm_rates(cfg, arm, tuning), float(options[chosen][-1].split("=")[1])
+    edge = None if min(rates) < rate < max(rates) else "highest" if rate == max(rates) else "lowest"
+    if edge and len(rates) < len(cfg.tuning.rates) + WIDENINGS:
+        beyond = float(f"{rate * 3 if edge == 'highest' else rate / 3:.3g}")
+        record["rates"] = sorted([*rates, beyond])
+        logger.info("tuning: %s chose %s, the %s rate of its grid: trying %g too", arm.name, chosen, edge, beyond)
+        return
+    if edge:
+        logger.warning("tuning: %s chose %s, the %s rate of its grid widened %d times: the best may lie beyond it",
+                       arm.name, chosen, edge, WIDENINGS)
+    record |= {"chosen": chosen, "overrides": list(options[chosen]), "lr": rate, "grid_edge": edge}
 
 
 def plan_runs(cfg: ConfirmatoryConfig, seeds: list[int], settings: dict[str, tuple[str, ...]],
@@ -261,23 +289,22 @@ def plan_runs(cfg: ConfirmatoryConfig, seeds: list[int], settings: dict[str, tup
 def arm_settings(cfg: ConfirmatoryConfig, results: dict[str, Any]) -> dict[str, tuple[str, ...]]:
     """Each arm's tuned overrides recorded so far: the tuning's choice, or the rate the tuning seed's sweep chose."""
     if cfg.tuning.seed is not None:
-        return {arm: tuple(record["overrides"]) for arm, record in results.get("tuning", {}).items()}
+        return {arm: tuple(record["overrides"]) for arm, record in results.get("tuning", {}).items()
+                if "overrides" in record}
     return {arm: ("finetune.sweep_lrs=[]", f"train.lr={rate}") for arm, rate in results.get("tuned_rates", {}).items()}
 
 
-def seed_minutes(cfg: ConfirmatoryConfig, seed: int, results: dict[str, Any]) -> tuple[float, float, str]:
-    """A seed's wall time, in minutes, from ``timing_steps`` steps of each of its runs (run one at a time under
-    ``output_dir``/timing): per run, its start-up and its steps at the speed it showed, over ``parallel_runs``; and
-    the tuning's too where it has not run (the tuning seed's sweep trains each arm once per rate, then once more; a
-    ``tuning`` trains each arm once per candidate), in minutes; and what each run showed, to print."""
+def run_minutes(cfg: ConfirmatoryConfig, seed: int) -> tuple[dict[str, float], str]:
+    """Each of a seed's runs' wall time in minutes (by ``PRETRAIN`` and arm name), from ``timing_steps`` steps of
+    each (run one at a time under ``output_dir``/timing): its start-up and its steps at the speed it showed; and what
+    each showed, to print. A tuned arm is timed at its first candidate."""
     timing_dir = Path(cfg.output_dir) / "timing"
     (timing_dir / "console").mkdir(parents=True, exist_ok=True)
-    settings = arm_settings(cfg, results)
     # The timing never sweeps: the speed is the same at any rate.
-    every_arm = {arm.name: next(iter(candidates(cfg, arm).values())) if cfg.tuning.seed is not None else
+    every_arm = {arm.name: next(iter(candidates(cfg, arm, {}).values())) if cfg.tuning.seed is not None else
                  ("finetune.sweep_lrs=[]", "train.lr=0.1") for arm in cfg.arms}
     runs = plan_runs(cfg, [seed], every_arm, timing_dir, (f"train.steps={cfg.timing_steps}",))
-    lines, minutes, tuning = [], 0.0, 0.0
+    lines, minutes = [], {}
     for index, run in enumerate(runs):
         start = time.perf_counter()
         execute(runs[:index + 1], timing_dir, 1)  # with the runs before it, finished: the pre-training it starts from
@@ -288,18 +315,39 @@ def seed_minutes(cfg: ConfirmatoryConfig, seed: int, results: dict[str, Any]) ->
         config = (build_config(FinetuneRunConfig, cfg.finetune_preset, arm_overrides(cfg, arm, seed)) if arm else
                   build_config(MPPRunConfig, cfg.mpp_preset, pretraining_overrides(cfg)))
         steps = min(config.train.steps, cfg.max_steps or config.train.steps)  # a dry run's are cut
-        run_minutes = (start_up + steps * step_seconds) / 60
-        minutes += run_minutes
-        # The tuning seed runs its pre-training once and each arm not yet tuned once per candidate (a sweep: once
-        # per rate and once more).
-        trainings = 1 if not arm else 0 if arm.name in settings else len(candidates(cfg, arm)) \
-            if cfg.tuning.seed is not None else 1 + len(config.finetune.sweep_lrs)
-        tuning += trainings * run_minutes
+        minutes[arm.name if arm else PRETRAIN] = (start_up + steps * step_seconds) / 60
         lines.append(f"{run.name}: {start_up:.0f} s to start, {1000 * step_seconds:.1f} ms a step: "
-                     f"{steps:,} steps in {run_minutes:.1f} min")
-    tuned = cfg.tuning.seed is not None or cfg.tuning_seed is not None
-    tuning = tuning / cfg.parallel_runs if tuned and len(settings) < len(cfg.arms) else 0.0
-    return minutes / cfg.parallel_runs, tuning, "\n".join(lines)
+                     f"{steps:,} steps in {minutes[arm.name if arm else PRETRAIN]:.1f} min")
+    return minutes, "\n".join(lines)
+
+
+def sweep_minutes(cfg: ConfirmatoryConfig, minutes: dict[str, float], settings: dict[str, tuple[str, ...]]) -> float:
+    """The tuning seed's wall time where its sweeps have not all run: its pre-training once and each arm not yet
+    tuned once per rate and once more, over ``parallel_runs``."""
+    if cfg.tuning_seed is None or len(settings) == len(cfg.arms):
+        return 0.0
+    trainings = {arm.name: 1 + len(build_config(FinetuneRunConfig, cfg.finetune_preset, arm_overrides(
+        cfg, arm, cfg.tuning_seed)).finetune.sweep_lrs) for arm in cfg.arms if arm.name not in settings}
+    return (minutes[PRETRAIN] + sum(minutes[arm] * count for arm, count in trainings.items())) / cfg.parallel_runs
+
+
+def tuning_that_fits(cfg: ConfirmatoryConfig, scored: dict[str, Any], minutes: dict[str, float], left: float
+                     ) -> tuple[dict[str, Any], float]:
+    """Of the tuning's runs not yet scored, what fits in ``left`` minutes, whole: the pre-training with every
+    pre-trained arm's candidates left (one piece, since a lent machine keeps no run), then as many candidates of the
+    arms from scratch as fit, in order. Its ``plan_tuning`` arguments and its minutes."""
+    left_over = [(arm, candidate) for name, (arm, candidate) in tuning_runs(cfg, scored).items()
+                 if candidate not in scored.get(arm.name, {}).get("holdout_balanced_accuracy", {})]
+    pretrained = [minutes[arm.name] for arm, _ in left_over if arm.pretrained]
+    piece = (minutes[PRETRAIN] + sum(pretrained)) / cfg.parallel_runs if pretrained else 0.0
+    spent, taken = (piece, 0) if piece <= left else (0.0, 0)
+    for arm, _ in (entry for entry in left_over if not entry[0].pretrained):
+        if spent + minutes[arm.name] / cfg.parallel_runs > left:
+            break
+        spent, taken = spent + minutes[arm.name] / cfg.parallel_runs, taken + 1
+    scratch = sum(not arm.pretrained for arm, _ in left_over)
+    return {"pretrained": piece <= left, "from_scratch": taken,
+            "whole": (piece <= left or not pretrained) and taken == scratch}, spent
 
 
 def training_images(cfg: ConfirmatoryConfig) -> str:
@@ -310,7 +358,7 @@ def training_images(cfg: ConfirmatoryConfig) -> str:
     rows = [("MPP pre-training", pretraining.steps, pretraining.global_batch_size, 1)]
     for arm in cfg.arms:
         run = build_config(FinetuneRunConfig, cfg.finetune_preset, arm_overrides(cfg, arm, cfg.seeds[0]))
-        trainings = len(candidates(cfg, arm)) if cfg.tuning.seed is not None else 1 + len(run.finetune.sweep_lrs)
+        trainings = len(candidates(cfg, arm, {})) if cfg.tuning.seed is not None else 1 + len(run.finetune.sweep_lrs)
         rows.append((arm.label, run.train.steps, run.train.global_batch_size, trainings))
     per_seed = sum(steps * batch for _, steps, batch, _ in rows)
     tuned = cfg.tuning_seed is not None or cfg.tuning.seed is not None
@@ -550,7 +598,8 @@ def tuning_table(cfg: ConfirmatoryConfig, tuning: dict[str, Any]) -> list[str]:
              "final weights, %:", ""]
     body = [[labels[arm], ", ".join(f"{candidate} {100 * score:.1f}" for candidate, score in
                                     record["holdout_balanced_accuracy"].items()),
-             record["chosen"] + (f" (the {record['grid_edge']} rate)" if record["grid_edge"] else "")]
+             record["chosen"] + (f" (the {record['grid_edge']} rate)" if record["grid_edge"] else "")
+             if "chosen" in record else "— (not every candidate has run)"]
             for arm, record in tuning.items()]
     return [*lines, *markdown_table(["Arm", "Candidates", "Chosen"], body, left_columns=3)]
 
@@ -670,14 +719,23 @@ def confirmatory_test(cfg: ConfirmatoryConfig) -> str:
             publish(cfg, results, sealed)
 
     seeds = [seed for seed in cfg.seeds if str(seed) not in results["per_seed"]]
-    tuned = cfg.tuning_seed is not None or cfg.tuning.seed is not None
-    tune = tuned and len(arm_settings(cfg, results)) < len(cfg.arms) and bool(seeds)
-    if cfg.time_budget_minutes and seeds:
-        per_seed, tuning_minutes, timed = seed_minutes(cfg, seeds[0], results)
+    settings = arm_settings(cfg, results)
+    tuning = results.setdefault("tuning", {}) if cfg.tuning.seed is not None else {}
+    sweeping = cfg.tuning_seed is not None and len(settings) < len(cfg.arms) and bool(seeds)
+    grid_left = cfg.tuning.seed is not None and len(settings) < len(cfg.arms)
+    grid: dict[str, Any] = {}  # every tuning run left
+    if cfg.time_budget_minutes and (seeds or grid_left):
+        minutes, timed = run_minutes(cfg, (seeds or list(cfg.seeds))[0])
+        per_seed = sum(minutes.values()) / cfg.parallel_runs
         left = cfg.time_budget_minutes - (time.perf_counter() - start) / 60
-        tune = tune and tuning_minutes <= left  # the rates first, alone if no seed fits after them
-        left -= tuning_minutes if tune else 0.0
-        ready = tune or not tuned or len(arm_settings(cfg, results)) == len(cfg.arms)
+        if grid_left:  # as much of it as fits, the seeds only once it is whole
+            grid, tuning_minutes = tuning_that_fits(cfg, tuning, minutes, left)
+            ready = grid.pop("whole")
+        else:  # the tuning seed's sweeps first, alone if no seed fits after them
+            tuning_minutes = sweep_minutes(cfg, minutes, settings)
+            sweeping = sweeping and tuning_minutes <= left
+            ready = sweeping or cfg.tuning_seed is None or len(settings) == len(cfg.arms)
+        left -= tuning_minutes if grid_left or sweeping else 0.0
         fitting = seeds[:max(0, int(left // per_seed))] if ready else []
         logger.info("timed over %d steps:\n%s\na seed: %.1f min%s; %d of the %d seeds not yet recorded fit in the "
                     "%.1f minutes left: %s", cfg.timing_steps, timed, per_seed,
@@ -685,19 +743,27 @@ def confirmatory_test(cfg: ConfirmatoryConfig) -> str:
                     len(seeds), left, fitting or "none")
         seeds = fitting
     cut = (f"train.steps={cfg.max_steps}",) if cfg.max_steps else ()
-    try:
-        if tune and cfg.tuning.seed is not None:  # chosen whole before any test seed trains
-            execute(plan_tuning(cfg, steps=cut), output_dir, cfg.parallel_runs)
-            results["tuning"] = tuning_record(cfg, output_dir)
+
+    def record_tuned(run: Run) -> None:
+        if run.name in tuning_runs(cfg, tuning):  # not the pre-training
+            record_tuning(cfg, tuning, run, output_dir)
             publish(cfg, results, sealed)
-        if cfg.tuning_only:
-            return tuning_table(cfg, results.get("tuning", {}))
+
+    try:
+        # Every arm chosen before any test seed trains; again where a choice at an end widened a grid.
+        while grid_left and (runs := plan_tuning(cfg, tuning, steps=cut, **grid)):
+            execute(runs, output_dir, cfg.parallel_runs, on_finished=record_tuned)
+            grid_left = not grid  # within a time budget, what fitted has run
         settings = arm_settings(cfg, results)
-        tuning = [] if not tune or cfg.tuning_seed is None else [
+        if cfg.tuning_only:
+            return "\n".join(tuning_table(cfg, tuning))
+        if len(settings) < len(cfg.arms) and cfg.tuning.seed is not None:
+            seeds = []  # the tuning is not whole yet
+        sweeps = [] if not sweeping else [
             run for run in plan_runs(cfg, [cfg.tuning_seed], settings, steps=cut)
             if run.name == run_name(PRETRAIN, cfg.tuning_seed) or run.name in {
                 run_name(arm.name, cfg.tuning_seed) for arm in cfg.arms if arm.name not in settings}]
-        execute(tuning + plan_runs(cfg, seeds, settings, steps=cut), output_dir, cfg.parallel_runs,
+        execute(sweeps + plan_runs(cfg, seeds, settings, steps=cut), output_dir, cfg.parallel_runs,
                 on_finished=record)
         if cfg.pixels and len(results["per_seed"]) == len(cfg.seeds) and "pixels" not in results:
             execute(plan_pixel_runs(cfg, list(cfg.seeds)), output_dir, cfg.parallel_runs)

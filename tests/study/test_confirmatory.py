@@ -15,7 +15,18 @@ from mpp.config.building import build_config
 from mpp.errors import ConfigError
 from mpp.evaluation.statistics import paired_difference
 from mpp.experiments.runner import claim_experiment
-from study.confirmatory import ConfirmatoryConfig, one_sided_p, plan_runs, plan_tuning, publish, read_tests, tables
+from study.confirmatory import (
+    ConfirmatoryConfig,
+    candidates,
+    one_sided_p,
+    plan_runs,
+    plan_tuning,
+    publish,
+    read_tests,
+    record_tuning,
+    tables,
+    tuning_that_fits,
+)
 from tests.launching import ROOT, run_module_here
 
 CONFIGS = ROOT / "recipes" / "configs"
@@ -220,7 +231,7 @@ SEALED = {  # the tiny test sealed, tuned on its own seed among two rates and on
 def test_the_tuning_trains_each_arm_at_each_candidate_on_its_own_seed_and_scores_it_on_a_held_out_slice(tmp_path):
     cfg = tiny_config(tmp_path, **{**SEALED, "arms": [*SEALED["arms"], {**ARMS[1], "name": "mpp-paper"}]},
                       seeds=[0, 1])
-    runs = {run.name: run for run in plan_tuning(cfg)}
+    runs = {run.name: run for run in plan_tuning(cfg, {})}
     assert sorted(runs) == sorted([
         "pretrain/mpp-seed50", *(f"tuning/{arm}-{candidate}-seed50" for arm in ("scratch", "mpp") for candidate in
                                  ("smoothing-lr0.03", "smoothing-lr0.1")),
@@ -295,3 +306,70 @@ def test_a_sealed_test_records_training_figures_alone_until_the_last_seed_then_r
     (published / "sealed-predictions.json").write_text(json.dumps(changed))
     result = run_module_here(*command, "tables_only=true", check=False)
     assert result.returncode != 0 and "SHA-256 differs" in result.stderr
+
+
+def test_a_choice_at_an_end_of_the_grid_widens_it_by_a_rate_on_that_side_until_it_lies_inside(tmp_path):
+    cfg = tiny_config(tmp_path, **SEALED, seeds=[0, 1])
+    scratch = next(arm for arm in cfg.arms if arm.name == "scratch")
+    tuning: dict = {}
+
+    def finish(rate: str, score: float) -> None:
+        run = next(run for run in plan_tuning(cfg, tuning) if run.name.endswith(f"-lr{rate}-seed50")
+                   and run.name.startswith("tuning/scratch-"))
+        run.directory(tmp_path).mkdir(parents=True)
+        (run.directory(tmp_path) / "metrics.json").write_text(json.dumps({"holdout_balanced_accuracy": score}))
+        record_tuning(cfg, tuning, run, tmp_path)
+
+    finish("0.03", 0.30)
+    assert "chosen" not in tuning["scratch"]  # 0.1 has not run
+    finish("0.1", 0.40)  # the highest rate chosen: 0.3 is tried too
+    assert tuning["scratch"]["rates"] == [0.03, 0.1, 0.3] and "chosen" not in tuning["scratch"]
+    assert sorted(candidates(cfg, scratch, tuning)) == ["smoothing-lr0.03", "smoothing-lr0.1", "smoothing-lr0.3"]
+    finish("0.3", 0.35)  # inside now: 0.1 chosen
+    assert tuning["scratch"] | {"holdout_balanced_accuracy": None} == {
+        "holdout_balanced_accuracy": None, "rates": [0.03, 0.1, 0.3], "chosen": "smoothing-lr0.1",
+        "overrides": ["classifier.label_smoothing=0.1", "train.lr=0.1"], "lr": 0.1, "grid_edge": None}
+
+
+@pytest.mark.slow
+@pytest.mark.many_runs
+@pytest.mark.usefixtures("experiment_runs_here")
+def test_the_regularised_gpu_test_dry_run_tunes_then_runs_the_seeds_that_fit_sealed(tmp_path):
+    # The GPU counterpart's preset itself, on the shapes data with a one-block encoder, every run cut to 2 steps.
+    settings = yaml.safe_load((ROOT / "study" / "configs" / "confirm_openclipart_regularised_gpu.yaml").read_text())
+    assert settings["tuning"]["seed"] not in settings["seeds"] and settings["sealed"]
+    small = ["train.global_batch_size=16", "train.mixed_precision=no", "train.eval_batch_size=256"]
+    settings |= {"output_dir": str(tmp_path / "runs" / "confirm"), "publish_dir": str(tmp_path / "published"),
+                 "encoder": ["model.img_size=16", "model.patch_size=4", "model.embed_dim=16", "model.num_heads=2",
+                             "model.depth=1"],
+                 "data": ["data.source=shapes", "data.shots_per_class=4"], "pixels": ["data.shots_per_class=4"],
+                 "mpp": [*settings["mpp"], "data.source=shapes", *small], "finetune": [*settings["finetune"], *small],
+                 "max_steps": 2, "timing_steps": 2, "seeds": settings["seeds"][:2]}
+    preset = tmp_path / "confirm.yaml"
+    preset.write_text(yaml.safe_dump({**settings, "time_budget_minutes": 600}))
+    result = run_module_here("study.confirmatory", "--config", str(preset), check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "the tuning first" in result.stderr
+    assert "2 of the 2 seeds not yet recorded fit" in result.stderr
+    results = json.loads((tmp_path / "published" / "results.json").read_text())
+    arms = [arm["name"] for arm in settings["arms"]]
+    assert all("chosen" in results["tuning"][arm] for arm in arms) and results["primary"]["seeds"] == [101, 102]
+    for arm in arms:  # every test seed trained each arm at what its tuning chose
+        assert results["per_seed"]["101"][arm]["lr"] == results["tuning"][arm]["lr"]
+    assert set(results["pixels"]["102"]) == {"logistic_regression", "knn"}
+
+
+def test_a_lent_machine_runs_the_tuning_that_fits_each_piece_whole_and_no_seed_before_it_is_all_chosen(tmp_path):
+    cfg = tiny_config(tmp_path, **SEALED, seeds=[0, 1])  # two arms, two candidates each: scratch and mpp
+    minutes = {"pretrain/mpp": 4.0, "scratch": 3.0, "mpp": 1.0}  # a run's minutes; two at a time
+    # The pre-training with mpp's two candidates is one piece: (4 + 1 + 1) / 2 = 3 minutes; a scratch run 1.5.
+    assert tuning_that_fits(cfg, {}, minutes, 10.0) == ({"pretrained": True, "from_scratch": 2, "whole": True}, 6.0)
+    assert tuning_that_fits(cfg, {}, minutes, 4.6) == ({"pretrained": True, "from_scratch": 1, "whole": False}, 4.5)
+    assert tuning_that_fits(cfg, {}, minutes, 2.0) == ({"pretrained": False, "from_scratch": 1, "whole": False}, 1.5)
+    runs = plan_tuning(cfg, {}, pretrained=False, from_scratch=1)
+    assert [run.name for run in runs] == ["tuning/scratch-smoothing-lr0.03-seed50"]
+    # What a machine recorded is not run again: mpp's candidates done, the piece left is scratch's second.
+    done = {"mpp": {"holdout_balanced_accuracy": {"smoothing-lr0.03": 0.3, "smoothing-lr0.1": 0.4}},
+            "scratch": {"holdout_balanced_accuracy": {"smoothing-lr0.03": 0.3}}}
+    assert tuning_that_fits(cfg, done, minutes, 1.5) == ({"pretrained": True, "from_scratch": 1, "whole": True}, 1.5)
+    assert [run.name for run in plan_tuning(cfg, done)] == ["tuning/scratch-smoothing-lr0.1-seed50"]
