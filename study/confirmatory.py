@@ -261,6 +261,17 @@ def record_tuning(cfg: ConfirmatoryConfig, tuning: dict[str, Any], run: Run, out
     record |= {"chosen": chosen, "overrides": list(options[chosen]), "lr": rate, "grid_edge": edge}
 
 
+def record_finished_tuning(cfg: ConfirmatoryConfig, tuning: dict[str, Any], output_dir: Path) -> dict[str, Any]:
+    """``tuning`` with every tuning run finished under ``output_dir`` and not yet in it recorded (a run that finished
+    while nothing recorded it, or a folder of runs used again); until a widened grid asks for none more."""
+    while found := [(name, arm) for name, (arm, candidate) in tuning_runs(cfg, tuning).items()
+                    if candidate not in tuning.get(arm.name, {}).get("holdout_balanced_accuracy", {})
+                    and read_metrics(output_dir / name) is not None]:
+        for name, _ in found:
+            record_tuning(cfg, tuning, Run(name, "finetune", (), None), output_dir)
+    return tuning
+
+
 def plan_runs(cfg: ConfirmatoryConfig, seeds: list[int], settings: dict[str, tuple[str, ...]],
               output_dir: Optional[Path] = None, steps: tuple[str, ...] = ()) -> list[Run]:
     """Each seed's runs, seed after seed in the given order: its MPP pre-training, then every arm (those from
@@ -751,9 +762,11 @@ def confirmatory_test(cfg: ConfirmatoryConfig) -> str:
 
     try:
         # Every arm chosen before any test seed trains; again where a choice at an end widened a grid.
-        while grid_left and (runs := plan_tuning(cfg, tuning, steps=cut, **grid)):
+        while grid_left and (runs := plan_tuning(cfg, record_finished_tuning(cfg, tuning, output_dir), steps=cut,
+                                                 **grid)):
             execute(runs, output_dir, cfg.parallel_runs, on_finished=record_tuned)
             grid_left = not grid  # within a time budget, what fitted has run
+        record_finished_tuning(cfg, tuning, output_dir)
         settings = arm_settings(cfg, results)
         if cfg.tuning_only:
             return "\n".join(tuning_table(cfg, tuning))

@@ -23,6 +23,7 @@ from study.confirmatory import (
     plan_tuning,
     publish,
     read_tests,
+    record_finished_tuning,
     record_tuning,
     tables,
     tuning_that_fits,
@@ -373,3 +374,18 @@ def test_a_lent_machine_runs_the_tuning_that_fits_each_piece_whole_and_no_seed_b
             "scratch": {"holdout_balanced_accuracy": {"smoothing-lr0.03": 0.3}}}
     assert tuning_that_fits(cfg, done, minutes, 1.5) == ({"pretrained": True, "from_scratch": 1, "whole": True}, 1.5)
     assert [run.name for run in plan_tuning(cfg, done)] == ["tuning/scratch-smoothing-lr0.1-seed50"]
+
+
+def test_tuning_runs_finished_in_a_folder_but_never_recorded_are_recorded_and_the_choice_made(tmp_path):
+    cfg = tiny_config(tmp_path, **SEALED, seeds=[0, 1])
+    for run in plan_tuning(cfg, {}):
+        if run.name.startswith("tuning/"):
+            run.directory(tmp_path).mkdir(parents=True)
+            score = 0.5 if run.name.endswith("lr0.03-seed50") else 0.4
+            (run.directory(tmp_path) / "metrics.json").write_text(json.dumps({"holdout_balanced_accuracy": score}))
+    tuning = record_finished_tuning(cfg, {}, tmp_path)
+    # 0.03 chosen by both, the lowest rate: each grid widened to 0.01, whose runs have not run
+    assert {arm: record["rates"] for arm, record in tuning.items()} == {"scratch": [0.01, 0.03, 0.1],
+                                                                       "mpp": [0.01, 0.03, 0.1]}
+    assert [run.name for run in plan_tuning(cfg, tuning)] == [
+        "pretrain/mpp-seed50", "tuning/mpp-smoothing-lr0.01-seed50", "tuning/scratch-smoothing-lr0.01-seed50"]
