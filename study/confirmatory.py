@@ -734,26 +734,12 @@ def confirmatory_test(cfg: ConfirmatoryConfig) -> str:
     tuning = results.setdefault("tuning", {}) if cfg.tuning.seed is not None else {}
     sweeping = cfg.tuning_seed is not None and len(settings) < len(cfg.arms) and bool(seeds)
     grid_left = cfg.tuning.seed is not None and len(settings) < len(cfg.arms)
-    grid: dict[str, Any] = {}  # every tuning run left
-    if cfg.time_budget_minutes and (seeds or grid_left):
-        minutes, timed = run_minutes(cfg, (seeds or list(cfg.seeds))[0])
-        per_seed = sum(minutes.values()) / cfg.parallel_runs
-        left = cfg.time_budget_minutes - (time.perf_counter() - start) / 60
-        if grid_left:  # as much of it as fits, the seeds only once it is whole
-            grid, tuning_minutes = tuning_that_fits(cfg, tuning, minutes, left)
-            ready = grid.pop("whole")
-        else:  # the tuning seed's sweeps first, alone if no seed fits after them
-            tuning_minutes = sweep_minutes(cfg, minutes, settings)
-            sweeping = sweeping and tuning_minutes <= left
-            ready = sweeping or cfg.tuning_seed is None or len(settings) == len(cfg.arms)
-        left -= tuning_minutes if grid_left or sweeping else 0.0
-        fitting = seeds[:max(0, int(left // per_seed))] if ready else []
-        logger.info("timed over %d steps:\n%s\na seed: %.1f min%s; %d of the %d seeds not yet recorded fit in the "
-                    "%.1f minutes left: %s", cfg.timing_steps, timed, per_seed,
-                    f" (the tuning first: {tuning_minutes:.1f} min)" if tuning_minutes else "", len(fitting),
-                    len(seeds), left, fitting or "none")
-        seeds = fitting
+    budget = cfg.time_budget_minutes and (seeds or grid_left)
+    minutes, timed = run_minutes(cfg, (seeds or list(cfg.seeds))[0]) if budget else ({}, "")
     cut = (f"train.steps={cfg.max_steps}",) if cfg.max_steps else ()
+
+    def minutes_left() -> float:
+        return cfg.time_budget_minutes - (time.perf_counter() - start) / 60
 
     def record_tuned(run: Run) -> None:
         if run.name in tuning_runs(cfg, tuning):  # not the pre-training
@@ -761,17 +747,38 @@ def confirmatory_test(cfg: ConfirmatoryConfig) -> str:
             publish(cfg, results, sealed)
 
     try:
-        # Every arm chosen before any test seed trains; again where a choice at an end widened a grid.
-        while grid_left and (runs := plan_tuning(cfg, record_finished_tuning(cfg, tuning, output_dir), steps=cut,
-                                                 **grid)):
+        # Every arm chosen before any test seed trains (again where a choice at an end widened a grid); on a lent
+        # machine, what fits its time, each piece whole.
+        while grid_left:
+            grid = tuning_that_fits(cfg, record_finished_tuning(cfg, tuning, output_dir), minutes, minutes_left())[0] \
+                if budget else {"whole": True}
+            runs = plan_tuning(cfg, tuning, steps=cut, **{key: value for key, value in grid.items() if key != "whole"})
+            if budget:
+                logger.info("timed over %d steps:\n%s\n%d runs of the tuning left fit in the %.1f minutes left%s",
+                            cfg.timing_steps, timed, len(runs), minutes_left(),
+                            "" if grid["whole"] else " (not all of it: no seed runs on this machine)")
+            if not runs:
+                break
             execute(runs, output_dir, cfg.parallel_runs, on_finished=record_tuned)
-            grid_left = not grid  # within a time budget, what fitted has run
         record_finished_tuning(cfg, tuning, output_dir)
         settings = arm_settings(cfg, results)
         if cfg.tuning_only:
             return "\n".join(tuning_table(cfg, tuning))
         if len(settings) < len(cfg.arms) and cfg.tuning.seed is not None:
             seeds = []  # the tuning is not whole yet
+        if budget:
+            per_seed, left = sum(minutes.values()) / cfg.parallel_runs, minutes_left()
+            # The tuning seed's sweeps first, alone if no seed fits after them.
+            sweep = sweep_minutes(cfg, minutes, settings) if sweeping else 0.0
+            sweeping = sweeping and sweep <= left
+            ready = sweeping or cfg.tuning_seed is None or len(settings) == len(cfg.arms)
+            left -= sweep if sweeping else 0.0
+            fitting = seeds[:max(0, int(left // per_seed))] if ready else []
+            logger.info("timed over %d steps:\n%s\na seed: %.1f min%s; %d of the %d seeds not yet recorded fit in "
+                        "the %.1f minutes left: %s", cfg.timing_steps, timed, per_seed,
+                        f" (the tuning seed first: {sweep:.1f} min)" if sweeping else "", len(fitting), len(seeds),
+                        left, fitting or "none")
+            seeds = fitting
         sweeps = [] if not sweeping else [
             run for run in plan_runs(cfg, [cfg.tuning_seed], settings, steps=cut)
             if run.name == run_name(PRETRAIN, cfg.tuning_seed) or run.name in {

@@ -193,7 +193,7 @@ def test_the_gpu_test_dry_run_tunes_on_its_tuning_seed_times_its_runs_and_runs_o
     result = run_module_here(*command, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "timed over 2 steps" in result.stderr and "1 of the 1 seeds not yet recorded fit" in result.stderr
-    assert "the tuning first" in result.stderr
+    assert "the tuning seed first" in result.stderr
     results = json.loads((tmp_path / "published" / "results.json").read_text())
     arms = [arm["name"] for arm in settings["arms"]]
     assert sorted(results["tuned_rates"]) == sorted(arms)  # chosen once, on the tuning seed, from the grid
@@ -207,7 +207,7 @@ def test_the_gpu_test_dry_run_tunes_on_its_tuning_seed_times_its_runs_and_runs_o
     preset.write_text(yaml.safe_dump(settings))
     result = run_module_here(*command, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "0 of the 1 seeds not yet recorded fit" in result.stderr and "tuning first" not in result.stderr
+    assert "0 of the 1 seeds not yet recorded fit" in result.stderr and "tuning seed first" not in result.stderr
     assert list(json.loads((tmp_path / "published" / "results.json").read_text())["per_seed"]) == \
         [str(seed) for seed in settings["seeds"][:1]]
 
@@ -350,7 +350,7 @@ def test_the_regularised_gpu_test_dry_run_tunes_then_runs_the_seeds_that_fit_sea
     preset.write_text(yaml.safe_dump({**settings, "time_budget_minutes": 600}))
     result = run_module_here("study.confirmatory", "--config", str(preset), check=False)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "the tuning first" in result.stderr
+    assert "runs of the tuning left fit in the" in result.stderr
     assert "2 of the 2 seeds not yet recorded fit" in result.stderr
     results = json.loads((tmp_path / "published" / "results.json").read_text())
     arms = [arm["name"] for arm in settings["arms"]]
