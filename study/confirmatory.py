@@ -750,8 +750,8 @@ def confirmatory_test(cfg: ConfirmatoryConfig) -> str:
         # Every arm chosen before any test seed trains (again where a choice at an end widened a grid); on a lent
         # machine, what fits its time, each piece whole.
         while grid_left:
-            grid = tuning_that_fits(cfg, record_finished_tuning(cfg, tuning, output_dir), minutes, minutes_left())[0] \
-                if budget else {"whole": True}
+            record_finished_tuning(cfg, tuning, output_dir)
+            grid = tuning_that_fits(cfg, tuning, minutes, minutes_left())[0] if budget else {"whole": True}
             runs = plan_tuning(cfg, tuning, steps=cut, **{key: value for key, value in grid.items() if key != "whole"})
             if budget:
                 logger.info("timed over %d steps:\n%s\n%d runs of the tuning left fit in the %.1f minutes left%s",
