@@ -611,7 +611,7 @@ def tuning_table(cfg: ConfirmatoryConfig, tuning: dict[str, Any]) -> list[str]:
                                     record["holdout_balanced_accuracy"].items()),
              record["chosen"] + (f" (the {record['grid_edge']} rate)" if record["grid_edge"] else "")
              if "chosen" in record else "— (not every candidate has run)"]
-            for arm, record in tuning.items()]
+            for arm, record in ((arm.name, tuning[arm.name]) for arm in cfg.arms if arm.name in tuning)]
     return [*lines, *markdown_table(["Arm", "Candidates", "Chosen"], body, left_columns=3)]
 
 
