@@ -10,9 +10,10 @@ import pytest
 from tests.launching import ROOT
 
 REGISTRATION = "results/preregistration.md"
-# The commits that appended to it: Amendment 1 and its correction, Amendment 2, Amendment 1's outcome. Amendment 3's
-# own two commits came after two commands above were edited in place (its errata restore them), so they are not here.
-REGISTERED_AT = ("bff069d", "9256172", "ae879b9", "ae63ffe")
+# The commits that appended to it: Amendment 1 and its correction, Amendment 2, Amendment 1's outcome, Amendment 4.
+# Amendment 3's own two commits came after two commands above were edited in place (Amendment 4's errata restore
+# them), so they are not here.
+REGISTERED_AT = ("bff069d", "9256172", "ae879b9", "ae63ffe", "ffdd6f3")
 
 
 def registered_text(commit: str) -> str:
