@@ -350,7 +350,7 @@ def tuning_that_fits(cfg: ConfirmatoryConfig, scored: dict[str, Any], minutes: d
     left_over = [(arm, candidate) for name, (arm, candidate) in tuning_runs(cfg, scored).items()
                  if candidate not in scored.get(arm.name, {}).get("holdout_balanced_accuracy", {})]
     pretrained = [minutes[arm.name] for arm, _ in left_over if arm.pretrained]
-    piece = (minutes[PRETRAIN] + sum(pretrained)) / cfg.parallel_runs if pretrained else 0.0
+    piece = minutes[PRETRAIN] + sum(pretrained) / cfg.parallel_runs if pretrained else 0.0  # they wait for it
     spent, taken = (piece, 0) if piece <= left else (0.0, 0)
     for arm, _ in (entry for entry in left_over if not entry[0].pretrained):
         if spent + minutes[arm.name] / cfg.parallel_runs > left:
@@ -657,7 +657,8 @@ def publish(cfg: ConfirmatoryConfig, results: dict[str, Any], sealed: Optional[d
             results.pop(reading, None)
     runs = results["runs"] = len(results["per_seed"]) * (1 + len(cfg.arms))  # as every experiment's results.json
     table = tables(cfg, results) + (f"\n{runs} runs of the recorded seeds, {cfg.parallel_runs} at a time, in "
-                                    f"{results['wall_seconds'] / 60:.0f} min of wall time in all.\n")
+                                    f"{results['wall_seconds'] / 60:.0f} min of wall time in all"
+                                    f"{' (the tuning included)' if results.get('tuning') else ''}.\n")
     for folder in dict.fromkeys(Path(name) for name in (cfg.output_dir, cfg.publish_dir) if name):
         folder.mkdir(parents=True, exist_ok=True)
         if sealed:
@@ -681,6 +682,25 @@ def sealed_text(sealed: dict[str, Any]) -> str:
     return "\n".join([*lines, "}}"]) + "\n"
 
 
+def check_sealed(cfg: ConfirmatoryConfig, results: dict[str, Any], sealed: dict[str, Any]) -> None:
+    """A ConfigError unless a sealed test's published records agree: its seeds the ones it registered (recorded with
+    its first publication; a sealed test is read with all of them, never fewer), and the sealed predictions those of
+    exactly the recorded seeds, each matching the digest recorded with its seed."""
+    registered = results.setdefault("registered_seeds", list(cfg.seeds))
+    if registered != list(cfg.seeds):
+        raise ConfigError(f"seeds={list(cfg.seeds)}: this sealed test registered seeds {registered}, and is read with "
+                          "all of them; its seeds do not change")
+    recorded = sealed.get("predictions", {})
+    if set(recorded) != set(results["per_seed"]):
+        raise ConfigError(f"{SEALED_FILE} holds the predictions of seeds {sorted(recorded)}, and results.json records "
+                          f"seeds {sorted(results['per_seed'])}: restore the {SEALED_FILE} published with them")
+    for seed, record in results["per_seed"].items():
+        for arm, figures in record.items():
+            if predictions_digest(recorded[seed][arm]) != figures["predictions_sha256"]:
+                raise ConfigError(f"{SEALED_FILE}: seed {seed}'s {arm} predictions are not the ones recorded with "
+                                  "that seed (their SHA-256 differs): the sealed file was changed")
+
+
 def published(cfg: ConfirmatoryConfig, name: str = "results.json") -> dict[str, Any]:
     """The results published so far (``publish_dir``'s results.json, or its ``name``), or none yet."""
     path = Path(cfg.publish_dir or cfg.output_dir) / name
@@ -698,6 +718,8 @@ def confirmatory_test(cfg: ConfirmatoryConfig) -> str:
         return training_images(cfg)
     check_section(cfg)
     results, sealed = published(cfg), published(cfg, SEALED_FILE) if cfg.sealed else None
+    if cfg.sealed:
+        check_sealed(cfg, results, sealed)
     unknown = set(results["per_seed"]) - {str(seed) for seed in cfg.seeds}
     if unknown:
         raise ConfigError(f"{cfg.publish_dir} records seeds {sorted(unknown)} that seeds={list(cfg.seeds)} does not "
@@ -720,14 +742,21 @@ def confirmatory_test(cfg: ConfirmatoryConfig) -> str:
                 rates[arm] = read_metrics(run.directory(output_dir))["chosen_lr"]
                 publish(cfg, results, sealed)
             return
-        finished = seed_record(cfg, seed) if seed in cfg.seeds else None
-        if finished is not None and str(seed) not in results["per_seed"]:
+        record_seed(seed)
+
+    def record_seed(seed: int) -> None:
+        """Seed ``seed`` recorded and published at once, once all its runs have finished."""
+        finished = seed_record(cfg, seed) if seed in cfg.seeds and str(seed) not in results["per_seed"] else None
+        if finished is not None:
             if cfg.sealed:
                 sealed_predictions(cfg, sealed, seed)
             recorded = results["per_seed"] | {str(seed): finished}
             results["per_seed"] = {str(seed): recorded[str(seed)] for seed in cfg.seeds if str(seed) in recorded}
             results["wall_seconds"] = spent + time.perf_counter() - start
             publish(cfg, results, sealed)
+
+    for seed in cfg.seeds:  # a seed whose runs finished while nothing recorded them (a stop between the two)
+        record_seed(seed)
 
     seeds = [seed for seed in cfg.seeds if str(seed) not in results["per_seed"]]
     settings = arm_settings(cfg, results)

@@ -307,6 +307,10 @@ def test_a_sealed_test_records_training_figures_alone_until_the_last_seed_then_r
     (published / "sealed-predictions.json").write_text(json.dumps(changed))
     result = run_module_here(*command, "tables_only=true", check=False)
     assert result.returncode != 0 and "SHA-256 differs" in result.stderr
+    (published / "sealed-predictions.json").write_text(text)
+    # A sealed test is read with the seeds it registered, never fewer.
+    result = run_module_here(*command, "tables_only=true", "seeds=[0]", check=False)
+    assert result.returncode != 0 and "this sealed test registered seeds [0, 1]" in result.stderr
 
 
 def test_a_choice_at_an_end_of_the_grid_widens_it_by_a_rate_on_that_side_until_it_lies_inside(tmp_path):
@@ -363,10 +367,11 @@ def test_the_regularised_gpu_test_dry_run_tunes_then_runs_the_seeds_that_fit_sea
 def test_a_lent_machine_runs_the_tuning_that_fits_each_piece_whole_and_no_seed_before_it_is_all_chosen(tmp_path):
     cfg = tiny_config(tmp_path, **SEALED, seeds=[0, 1])  # two arms, two candidates each: scratch and mpp
     minutes = {"pretrain/mpp": 4.0, "scratch": 3.0, "mpp": 1.0}  # a run's minutes; two at a time
-    # The pre-training with mpp's two candidates is one piece: (4 + 1 + 1) / 2 = 3 minutes; a scratch run 1.5.
-    assert tuning_that_fits(cfg, {}, minutes, 10.0) == ({"pretrained": True, "from_scratch": 2, "whole": True}, 6.0)
-    assert tuning_that_fits(cfg, {}, minutes, 4.6) == ({"pretrained": True, "from_scratch": 1, "whole": False}, 4.5)
-    assert tuning_that_fits(cfg, {}, minutes, 2.0) == ({"pretrained": False, "from_scratch": 1, "whole": False}, 1.5)
+    # The pre-training with mpp's two candidates is one piece, the candidates after it: 4 + (1 + 1) / 2 = 5 minutes;
+    # a scratch run 1.5.
+    assert tuning_that_fits(cfg, {}, minutes, 10.0) == ({"pretrained": True, "from_scratch": 2, "whole": True}, 8.0)
+    assert tuning_that_fits(cfg, {}, minutes, 6.6) == ({"pretrained": True, "from_scratch": 1, "whole": False}, 6.5)
+    assert tuning_that_fits(cfg, {}, minutes, 4.6) == ({"pretrained": False, "from_scratch": 2, "whole": False}, 3.0)
     runs = plan_tuning(cfg, {}, pretrained=False, from_scratch=1)
     assert [run.name for run in runs] == ["tuning/scratch-smoothing-lr0.03-seed50"]
     # What a machine recorded is not run again: mpp's candidates done, the piece left is scratch's second.
