@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["majority_class_accuracy"]  # what study/, tools/ and users may import from here
+__all__ = ["majority_class_accuracy", "scores_of"]  # what study/, tools/ and users may import from here
 
 
 def class_hits(predictions: torch.Tensor, labels: torch.Tensor, num_classes: int) -> torch.Tensor:

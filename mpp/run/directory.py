@@ -20,7 +20,7 @@ from mpp.run.lock import LOCK_FILE, RunDirectoryInUse, RunLock
 
 # The names meant for use outside the package (study/, tools/ and users)
 __all__ = [
-    "CONFIG_FILE", "logged_scalars", "read_metrics", "write_whole",
+    "CONFIG_FILE", "PREDICTIONS_FILE", "logged_scalars", "read_metrics", "write_whole",
 ]
 
 logger = logging.getLogger(__name__)
