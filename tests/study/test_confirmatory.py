@@ -274,9 +274,9 @@ def test_a_sealed_test_records_training_figures_alone_until_the_last_seed_then_r
     assert result.returncode != 0 and "runs failed: pretrain/mpp-seed1" in result.stderr, result.stderr[-3000:]
     results = json.loads((published / "results.json").read_text())
     tuning = results["tuning"]
-    assert set(tuning) == {"scratch", "mpp"} and set(tuning["mpp"]["holdout_balanced_accuracy"]) == {
-        "smoothing-lr0.03", "smoothing-lr0.1"}
-    chosen = {arm: float(record["chosen"].rsplit("-lr", 1)[1]) for arm, record in tuning.items()}
+    assert set(tuning) == {"scratch", "mpp"} and {"smoothing-lr0.03", "smoothing-lr0.1"} <= set(
+        tuning["mpp"]["holdout_balanced_accuracy"])  # and the rates a grid widened to, where an end was chosen
+    chosen = {arm: record["lr"] for arm, record in tuning.items()}
     seed0 = results["per_seed"]["0"]
     assert {arm: seed0[arm]["lr"] for arm in chosen} == chosen  # trained at what the tuning chose
     # Blind: no test figure anywhere the seeds' records are published, nor in the runs' logs; the predictions sealed.
