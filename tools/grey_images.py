@@ -22,7 +22,7 @@ from mpp.data.loading import build_dataset
 from mpp.keyed_random import keys_of
 from mpp.raw_images import unit_interval
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
-from mpp.models.targets import class_colours
+from mpp.models.masked_patch_prediction import class_colours
 
 GREY_CHANNEL_SPREAD = 16 / 255  # a pixel's largest minus smallest channel: anti-aliasing and PNG palettes stay within
 GREY_TOLERANCE_SHARE = 0.01  # a few coloured pixels (a logo's dot) do not make a drawing colour

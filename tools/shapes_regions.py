@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from tools.trained_mpp import trained_colour_mpp
 from mpp.data.shapes import ShapesSource, copy_masks
 from mpp.keyed_random import keys_of
-from mpp.models.corruption import select_patches
+from mpp.models.masked_patch_prediction import select_patches
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
 
 REGIONS = ("inside", "outline", "outside")

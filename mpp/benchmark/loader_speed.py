@@ -53,7 +53,8 @@ from mpp.config.building import build_config
 from mpp.data.fashion_mnist import DEFAULT_DIR as FASHION_MNIST_DIR
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.image_source import decode, decoded_jpeg, open_image
-from mpp.data.loading import build_dataset, build_loader, check_batch_fits
+from mpp.data.loading import build_dataset, build_loader
+from mpp.data.training_batches import check_batch_fits
 from mpp.data.prepare import Settings, prepare
 from mpp.data.shapes import ShapesSource
 from mpp.data.transforms import ImageView, image_sizes, mirrored, resized_crop_of_pixels

@@ -16,7 +16,6 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.io import decode_jpeg
 
-from mpp.data.batch_order import EpochPosition
 from mpp.data.decode_cache import DecodeCache
 from mpp.data.image_source import (
     READ_MODES,
@@ -35,12 +34,13 @@ from mpp.errors import DataError
 from mpp.keyed_random import Key, KeyedDraws, keys_of
 
 JPEG_END = b"\xff\xd9"  # a JPEG file's last marker (EOI)
+EpochPosition = tuple[int, int]  # (epoch, position in the dataset), as a training run samples them
 Split = Literal["train", "holdout", "test"]  # "holdout": data.holdout_fraction of the training split, seeded
 
 
 def epochs_and_positions(positions: Sequence[Union[int, EpochPosition]]) -> tuple[torch.Tensor, list[int]]:
     """(b) epochs and the b positions of a batch's positions: ``(epoch, position)`` pairs, as a training run samples
-    them (``mpp.data.batch_order``), or plain positions, read as epoch 0 (evaluation, sampling)."""
+    them (``mpp.data.training_batches``), or plain positions, read as epoch 0 (evaluation, sampling)."""
     if positions and isinstance(positions[0], tuple):
         epochs, plain = zip(*positions, strict=True)
         return torch.tensor(epochs, dtype=torch.long), list(plain)

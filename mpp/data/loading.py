@@ -16,7 +16,6 @@ from torch.utils.data import DataLoader, Dataset
 
 from mpp.config.data import DataConfig
 from mpp.data.augmentation import ImageAugmentation
-from mpp.data.batch_order import BatchPlan, EndlessEpochBatches, steps_per_epoch
 from mpp.data.hugging_face import StreamingImageDataset, build_stream
 from mpp.data.image_dataset import ImageDataset, SkipsUndecodableImages, Split, keep_batch
 from mpp.data.image_folder import ImageFolderSource
@@ -28,9 +27,7 @@ from mpp.errors import DataError
 from mpp.private_apis import forget_prepared_loader
 
 # The names meant for use outside the package (study/, tools/ and users)
-__all__ = [
-    "build_dataset", "check_batch_fits", "sample_images",
-]
+__all__ = ["build_dataset", "sample_images"]
 
 logger = logging.getLogger(__name__)
 
@@ -156,25 +153,6 @@ def check_classes_to_learn(dataset: Dataset) -> None:
                         "give data.source a folder with one sub-folder per class")
 
 
-def check_batch_fits(dataset: Dataset, batch_size: int, described: str = "the training set") -> None:
-    """Raises a DataError where a map-style training set (``described`` so in the message) holds less than one
-    global batch: an epoch of it would hold no step. Saying first what is wrong with its files where none can be
-    decoded. The one check of it, made before a run writes anything (the Trainer, a sweep's split); the loaders take
-    what it let through."""
-    if isinstance(dataset, StreamingImageDataset) or steps_per_epoch(len(dataset), batch_size):
-        return
-    failed = dataset.undecodable_now() if isinstance(dataset, ImageDataset) else []
-    if failed and len(failed) == len(dataset):  # what is wrong with the data first: no batch size helps
-        raise DataError(f"none of the {len(dataset)} images of {dataset.source.description} can be decoded "
-                        f"(e.g. {'; '.join(failed[:3])}); check that data.source points at image files")
-    raise DataError(
-        f"{described} has {len(dataset):,} images"
-        + (f" ({len(failed)} of them cannot be decoded, e.g. {failed[0]})" if failed else "")
-        + f", fewer than one global batch of {batch_size:,}, so no step can be made of them; set "
-        f"train.global_batch_size to {len(dataset):,} or less (a multiple of train.micro_batch_size x processes)"
-    )
-
-
 def loader_workers(cfg: DataConfig, device_type: str, local_processes: int) -> dict[str, Any]:
     """The DataLoader's worker settings: how many, pinned memory, how far ahead each loads."""
     if cfg.decode == "gpu":  # decoded in the main process, straight into GPU memory: nothing to hand over or pin
@@ -195,32 +173,10 @@ def build_loader(
     local_processes: int = 1,
 ) -> DataLoader:
     """One pass over the data. Training: shuffled, whole batches only (every step sees as many images); a training
-    run reads ``build_training_loader``'s instead. Evaluation: in order, all images."""
+    run reads ``mpp.data.training_batches``' instead. Evaluation: in order, all images."""
     streaming = isinstance(dataset, StreamingImageDataset)
     return DataLoader(dataset, batch_size=batch_size, shuffle=train and not streaming, drop_last=train,
                       collate_fn=None if streaming else keep_batch, **loader_workers(cfg, device_type, local_processes))
-
-
-def build_training_loader(
-    dataset: Dataset,
-    plan: BatchPlan,
-    cfg: DataConfig,
-    seed: int,
-    process_index: int = 0,
-    device_type: str = "cpu",
-    local_processes: int = 1,
-    start: int = 0,
-) -> DataLoader:
-    """A training run's loader of this process's share of ``plan``'s batches, from pass ``start`` of the run
-    (``plan.accumulation_steps`` passes an optimizer step): for map-style data, its batches epoch after epoch without
-    end (``EndlessEpochBatches``), read by one iterator whose workers live for the whole run; a stream is read one
-    epoch a pass (``build_loader``)."""
-    if isinstance(dataset, StreamingImageDataset):
-        return build_loader(dataset, plan.micro_batch_size, cfg, train=True, device_type=device_type,
-                            local_processes=local_processes)
-    order = EndlessEpochBatches(len(dataset), plan, seed, process_index, start)
-    return DataLoader(dataset, batch_sampler=order, collate_fn=keep_batch,
-                      **loader_workers(cfg, device_type, local_processes))
 
 
 def prepare_loader(accelerator: Accelerator, loader: DataLoader) -> DataLoader:

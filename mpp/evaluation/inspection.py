@@ -21,7 +21,7 @@ from timm.models.vision_transformer import VisionTransformer
 from mpp.config.evaluation import InspectionConfig
 from mpp.evaluation.attention_maps import attention_rollout, mean_attention_distance
 from mpp.evaluation.pictures import colour_mapped, enlarged, figure_picture, image_grid, save_picture
-from mpp.models.targets import as_rgb
+from mpp.models.masked_patch_prediction import as_rgb
 
 
 def filter_principal_components(weight: torch.Tensor, count: int) -> torch.Tensor:

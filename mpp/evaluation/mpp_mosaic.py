@@ -12,9 +12,7 @@ from einops import rearrange
 
 from mpp.evaluation.pictures import enlarged, image_grid, save_picture
 from mpp.keyed_random import keys_of
-from mpp.models.corruption import MASK, RANDOM, Corruption
-from mpp.models.masked_patch_prediction import MaskedPatchPredictor
-from mpp.models.targets import as_rgb
+from mpp.models.masked_patch_prediction import MASK, RANDOM, Corruption, MaskedPatchPredictor, as_rgb
 
 
 def mpp_mosaic(model: MaskedPatchPredictor, images: torch.Tensor, corruption: Corruption) -> torch.Tensor:

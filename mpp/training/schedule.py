@@ -9,7 +9,7 @@ import math
 from typing import Literal, Optional
 
 from mpp.config.training import TrainConfig
-from mpp.data.batch_order import steps_per_epoch
+from mpp.data.training_batches import steps_per_epoch
 from mpp.errors import ConfigError
 
 logger = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from mpp.benchmark.training_step import (PEER_DOES_NOT_COMPILE, build_model, for
 from mpp.config.runs import MPPRunConfig
 from mpp.config.building import build_config
 from mpp.data.shapes import ShapesSource
-from mpp.models.corruption import select_patches
+from mpp.models.masked_patch_prediction import select_patches
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
 from tools import shapes_regions

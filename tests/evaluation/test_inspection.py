@@ -20,11 +20,9 @@ from mpp.evaluation.inspection import (
 )
 from mpp.evaluation.mpp_mosaic import mpp_mosaic
 from mpp.evaluation.pictures import enlarged
-from mpp.models.corruption import MASK, RANDOM, UNCHANGED, Corruption
-from mpp.models.encoder import ImageEncoder as FeatureExtractor
-from mpp.models.encoder import InputNormalisation, create_encoder
-from mpp.models.masked_patch_prediction import MaskedPatchPredictor
-from mpp.models.targets import class_colours, colour_targets, quantise_colours
+from mpp.models.masked_patch_prediction import (MASK, RANDOM, UNCHANGED, Corruption, MaskedPatchPredictor,
+                                                class_colours, colour_targets, quantise_colours)
+from mpp.models.encoder import ImageEncoder as FeatureExtractor, InputNormalisation, create_encoder
 from mpp.private_apis import add_position_embeddings
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from mpp.keyed_random import KeyedDraws, keys_of
-from mpp.models.corruption import (
+from mpp.models.masked_patch_prediction import (
     MASK,
     RANDOM,
     UNCHANGED,

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mpp.models.targets import colour_targets, num_colour_classes, pixel_targets, quantise_colours
+from mpp.models.masked_patch_prediction import colour_targets, num_colour_classes, pixel_targets, quantise_colours
 
 
 def reference_colour_targets(images: torch.Tensor, patch_size: int, cells: int, bits: int) -> torch.Tensor:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from mpp.config.building import build_config
-from mpp.data.batch_order import steps_per_epoch
+from mpp.data.training_batches import steps_per_epoch
 from mpp.errors import ConfigError
 from mpp.evaluation.statistics import paired_t_power, seeds_for_power
 from study.cost import (

@@ -12,12 +12,8 @@ from accelerate.utils import DataLoaderConfiguration
 from torch.utils.data import DataLoader, TensorDataset
 
 from devices import USE_CPU
-from mpp.config.runs import MPPRunConfig
 from mpp.config.training import TrainConfig
-from mpp.data.training_batches import TrainingBatches
 from mpp.training.checkpoint import list_checkpoints, read_step
-from mpp.data.batch_order import plan_batches
-from mpp.training.engine import TrainingRun, train
 from mpp.training.non_finite import NonFiniteGuard, NonFiniteStep
 
 
@@ -38,19 +34,24 @@ class FlakyModel(torch.nn.Module):
         return SimpleNamespace(loss=loss, accuracy=torch.zeros((), device=loss.device))
 
 
-def run(tmp_path, bad_steps: dict[int, str], on_nonfinite: str, steps: int = 8, fused: bool = True):
-    """``fused``: the step is skipped through the fused optimizer's found_inf; else a foreach one, as on XLA."""
-    torch.manual_seed(0)  # the same model and data in every call
-    cfg = TrainConfig(steps=steps, global_batch_size=4, lr=0.1, min_lr=0.1, warmup_steps=0, log_every=4,
-                      checkpoint_every=2, keep_checkpoints=10, on_nonfinite=on_nonfinite)  # constant learning rate
-    accelerator = Accelerator(cpu=USE_CPU, dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
-    model = FlakyModel(bad_steps)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, fused=fused, foreach=not fused)
-    dataset = TensorDataset(torch.randn(16, 4), torch.zeros(16), torch.arange(16))  # images, labels, keys
-    model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(dataset, batch_size=4, shuffle=True))
-    outcome = train(TrainingRun(accelerator, model, optimizer, TrainingBatches(accelerator, dataset, loader, 0),
-                                plan_batches(cfg, 1), cfg, tmp_path, MPPRunConfig()))
-    return outcome, model, optimizer
+@pytest.fixture
+def run(train_on_own_batches):
+    """``run(run_dir, bad_steps, on_nonfinite, steps=8, fused=True)``: (the run's metrics, its model, optimizer)."""
+
+    def run(tmp_path, bad_steps: dict[int, str], on_nonfinite: str, steps: int = 8, fused: bool = True):
+        """``fused``: the step is skipped through the fused optimizer's found_inf; else a foreach one, as on XLA."""
+        torch.manual_seed(0)  # the same model and data in every call
+        cfg = TrainConfig(steps=steps, global_batch_size=4, lr=0.1, min_lr=0.1, warmup_steps=0, log_every=4,
+                          checkpoint_every=2, keep_checkpoints=10, on_nonfinite=on_nonfinite)  # constant learning rate
+        accelerator = Accelerator(cpu=USE_CPU, dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
+        model = FlakyModel(bad_steps)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, fused=fused, foreach=not fused)
+        dataset = TensorDataset(torch.randn(16, 4), torch.zeros(16), torch.arange(16))  # images, labels, keys
+        loader = DataLoader(dataset, batch_size=4, shuffle=True)
+        trainer, outcome = train_on_own_batches(accelerator, model, optimizer, loader, cfg, tmp_path)
+        return outcome, trainer.model, trainer.optimizer
+
+    return run
 
 
 def adam_steps(optimizer) -> int:
@@ -59,14 +60,14 @@ def adam_steps(optimizer) -> int:
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "foreach"])
 @pytest.mark.parametrize("kind", ["loss", "gradient"])
-def test_stop_ends_the_run_at_the_next_check_without_applying_or_checkpointing_the_bad_step(tmp_path, kind, fused):
+def test_stop_ends_the_run_at_the_next_check_without_applying_or_checkpointing_the_bad_step(run, tmp_path, kind, fused):
     with pytest.raises(NonFiniteStep, match=r"1 of the last 4 steps had a non-finite loss or gradient \(first: step 3"):
         run(tmp_path, {3: kind}, on_nonfinite="stop", fused=fused)
     assert [read_step(path) for path in list_checkpoints(tmp_path)] == [2]  # none written after the bad step
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "foreach"])
-def test_skip_goes_on_without_the_bad_steps(tmp_path, fused):
+def test_skip_goes_on_without_the_bad_steps(run, tmp_path, fused):
     metrics, model, optimizer = run(tmp_path, {3: "loss", 6: "gradient"}, on_nonfinite="skip", fused=fused)
     assert metrics["step"] == 8 and metrics["skipped_steps"] == 2 and math.isfinite(metrics["loss"])
     assert adam_steps(optimizer) == 6  # 8 steps, 2 of them skipped
@@ -74,7 +75,7 @@ def test_skip_goes_on_without_the_bad_steps(tmp_path, fused):
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "foreach"])
-def test_a_skipped_step_leaves_weights_and_optimizer_untouched(tmp_path, fused):
+def test_a_skipped_step_leaves_weights_and_optimizer_untouched(run, tmp_path, fused):
     _, before, before_optimizer = run(tmp_path / "a", {}, on_nonfinite="skip", steps=2, fused=fused)
     _, after, after_optimizer = run(tmp_path / "b", {3: "loss"}, on_nonfinite="skip", steps=3, fused=fused)
     assert adam_steps(after_optimizer) == adam_steps(before_optimizer) == 2
@@ -85,7 +86,7 @@ def test_a_skipped_step_leaves_weights_and_optimizer_untouched(tmp_path, fused):
 
 
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "foreach"])
-def test_skip_still_stops_when_no_step_of_a_window_is_finite(tmp_path, fused):
+def test_skip_still_stops_when_no_step_of_a_window_is_finite(run, tmp_path, fused):
     with pytest.raises(NonFiniteStep, match=r"2 of the last 2 steps .* then resume$"):  # at the first checkpoint
         run(tmp_path, {step: "loss" for step in range(1, 9)}, on_nonfinite="skip", fused=fused)
     assert list_checkpoints(tmp_path) == []

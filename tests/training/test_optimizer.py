@@ -81,17 +81,13 @@ def test_steps_the_fp16_scaler_skips_are_counted_and_never_stop_the_run():
     assert guard.check(step=4, window_steps=0) == 0
 
 
-def test_the_loop_steps_each_group_at_the_scheduled_rate_times_its_scale(tmp_path):
+def test_the_loop_steps_each_group_at_the_scheduled_rate_times_its_scale(train_on_own_batches, tmp_path):
     """Layer-wise decay's groups keep their ratio to the peak through the schedule (here constant: lr = min_lr)."""
     from types import SimpleNamespace
 
     from accelerate import Accelerator
     from torch.utils.data import DataLoader, TensorDataset
 
-    from mpp.config.runs import MPPRunConfig
-    from mpp.data.training_batches import TrainingBatches
-    from mpp.data.batch_order import plan_batches
-    from mpp.training.engine import TrainingRun, train
 
     class Linear(torch.nn.Module):
         def __init__(self) -> None:
@@ -109,7 +105,5 @@ def test_the_loop_steps_each_group_at_the_scheduled_rate_times_its_scale(tmp_pat
                                  {"params": model.second.parameters()}], lr=cfg.lr)
     accelerator = Accelerator(cpu=USE_CPU)
     dataset = TensorDataset(torch.randn(8, 4), torch.zeros(8), torch.arange(8))
-    model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(dataset, batch_size=4))
-    train(TrainingRun(accelerator, model, optimizer, TrainingBatches(accelerator, dataset, loader, 0),
-                      plan_batches(cfg, 1), cfg, tmp_path, MPPRunConfig()))
-    assert [group["lr"] for group in optimizer.param_groups] == pytest.approx([0.025, 0.1])
+    trainer, _ = train_on_own_batches(accelerator, model, optimizer, DataLoader(dataset, batch_size=4), cfg, tmp_path)
+    assert [group["lr"] for group in trainer.optimizer.param_groups] == pytest.approx([0.025, 0.1])

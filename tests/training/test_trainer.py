@@ -14,8 +14,8 @@ from torch.utils.data import DataLoader
 from devices import USE_CPU
 from mpp.config.training import TrainConfig
 from mpp.errors import ConfigError
-from mpp.data.batch_order import BatchPlan, EndlessEpochBatches, plan_batches
-from mpp.training.engine import TrainingClock
+from mpp.data.training_batches import BatchPlan, EndlessEpochBatches, plan_batches
+from mpp.training.trainer import TrainingClock
 
 
 def test_batch_plan_splits_the_global_batch():
@@ -43,7 +43,8 @@ def test_a_runs_endless_loader_gives_the_batches_of_a_loader_prepared_each_epoch
     """The same images, views and keys as accelerate's seedable shuffled loader read epoch by epoch with the views
     of each epoch (how a run read its data before its loader became endless), on each of the processes."""
     from mpp.config.data import DataConfig
-    from mpp.data.loading import build_dataset, build_training_loader
+    from mpp.data.loading import build_dataset
+    from mpp.data.training_batches import build_training_loader
     from mpp.keyed_random import KeyedDraws, keys_of
 
     dataset = build_dataset(DataConfig(), "train", 8, channels=3, augment=True, seed=5)
@@ -70,10 +71,9 @@ def train_tiny_mpp(tiny_model_config, tmp_path, cfg: TrainConfig, optimizer=None
     from mpp.config.model import MPPConfig
     from mpp.config.runs import MPPRunConfig
     from mpp.data.loading import build_dataset
-    from mpp.data.training_batches import training_batches
     from mpp.models.encoder import create_encoder
     from mpp.models.masked_patch_prediction import MaskedPatchPredictor
-    from mpp.training.engine import TrainingRun, train
+    from mpp.training.trainer import Trainer
 
     plan = plan_batches(cfg, num_processes=1)
     accelerator = Accelerator(cpu=USE_CPU, gradient_accumulation_plugin=GradientAccumulationPlugin(
@@ -81,10 +81,10 @@ def train_tiny_mpp(tiny_model_config, tmp_path, cfg: TrainConfig, optimizer=None
     model = MaskedPatchPredictor(create_encoder(tiny_model_config), MPPConfig(), (0.5,) * 3, (0.5,) * 3)
     optimizer = optimizer(model) if optimizer else torch.optim.AdamW(model.parameters(), lr=cfg.lr, fused=True)
     dataset = build_dataset(DataConfig(), "train", image_size=16, channels=3, augment=True)
-    model, optimizer = accelerator.prepare(model, optimizer)
-    batches = training_batches(accelerator, dataset, plan, DataConfig(), 0)
-    metrics = train(TrainingRun(accelerator, model, optimizer, batches, plan, cfg, tmp_path, MPPRunConfig()))
-    return model, optimizer, metrics
+    session = SimpleNamespace(accelerator=accelerator, run_dir=tmp_path)
+    trainer = Trainer(session, model, dataset, MPPRunConfig(train=cfg), optimizer=optimizer)
+    metrics = trainer.fit()
+    return trainer.model, trainer.optimizer, metrics
 
 
 def test_accumulation_takes_one_optimizer_step_per_global_batch(tiny_model_config, tmp_path):
@@ -121,7 +121,7 @@ def test_a_step_moves_the_weights_by_the_learning_rate_times_the_clipped_gradien
 
 def test_the_clock_counts_the_share_of_training_time_spent_waiting_for_data(monkeypatch):
     now = [0.0]
-    monkeypatch.setattr("mpp.training.engine.time.perf_counter", lambda: now[0])
+    monkeypatch.setattr("mpp.training.trainer.time.perf_counter", lambda: now[0])
     clock = TrainingClock(images_per_step=10)
     for wait, compute in [(5.0, 1.0), (1.0, 3.0), (0.0, 2.0), (2.0, 2.0)]:  # the first step (the loader's start) is
         with clock.waiting_for_data():                                      # left out of the run's figures
@@ -161,32 +161,27 @@ class SlowModel(torch.nn.Module):
         return SimpleNamespace(loss=loss, accuracy=torch.zeros((), device=loss.device))
 
 
-def train_timed(tmp_path, load_seconds: float, step_seconds: float, log_every: int, steps: int = 24):
+def train_timed(train_on_own_batches, tmp_path, load_seconds: float, step_seconds: float, log_every: int,
+                steps: int = 24):
     from accelerate.utils import DataLoaderConfiguration
-
-    from mpp.config.runs import MPPRunConfig
-    from mpp.data.training_batches import TrainingBatches
-    from mpp.training.engine import TrainingRun, train
 
     cfg = TrainConfig(steps=steps, global_batch_size=2, warmup_steps=0, log_every=log_every, checkpoint_every=1000)
     accelerator = Accelerator(cpu=USE_CPU, dataloader_config=DataLoaderConfiguration(use_seedable_sampler=True))
     model = SlowModel(step_seconds)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    dataset = SlowTensors(load_seconds)
-    model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(dataset, batch_size=2, shuffle=True))
-    return train(TrainingRun(accelerator, model, optimizer, TrainingBatches(accelerator, dataset, loader, 0),
-                             plan_batches(cfg, 1), cfg, tmp_path, MPPRunConfig()))
+    loader = DataLoader(SlowTensors(load_seconds), batch_size=2, shuffle=True)
+    return train_on_own_batches(accelerator, model, optimizer, loader, cfg, tmp_path)[1]
 
 
 def waiting_warnings(caplog) -> list[str]:
     return [record.getMessage() for record in caplog.records if "waited for its next batch" in record.getMessage()]
 
 
-def test_a_loop_waiting_for_data_says_so_once_early_with_the_fix(tmp_path, caplog, capsys):
+def test_a_loop_waiting_for_data_says_so_once_early_with_the_fix(train_on_own_batches, tmp_path, caplog, capsys):
     caplog.set_level(logging.INFO, logger="mpp")
     # No log step before the last: judged after the first 20 steps after the first, before the log line. Each batch
     # loads for 50 ms, well beyond the loop's own time a step even on a loaded machine (20 ms was not, in a CI run).
-    metrics = train_timed(tmp_path / "late", load_seconds=0.05, step_seconds=0.0, log_every=100)
+    metrics = train_timed(train_on_own_batches, tmp_path / "late", load_seconds=0.05, step_seconds=0.0, log_every=100)
     warnings = waiting_warnings(caplog)
     assert len(warnings) == 1 and "over its first 20 steps" in warnings[0], warnings
     assert "load in more worker processes (data.num_workers, 0 now)" in warnings[0]
@@ -197,14 +192,14 @@ def test_a_loop_waiting_for_data_says_so_once_early_with_the_fix(tmp_path, caplo
     assert "data_wait=" in capsys.readouterr().err
     # A log step earlier: judged there, over the steps since the first.
     caplog.clear()
-    train_timed(tmp_path / "early", load_seconds=0.05, step_seconds=0.0, log_every=4)
+    train_timed(train_on_own_batches, tmp_path / "early", load_seconds=0.05, step_seconds=0.0, log_every=4)
     warnings = waiting_warnings(caplog)
     assert len(warnings) == 1 and "over its first 3 steps" in warnings[0], warnings
 
 
-def test_a_loop_that_waits_little_for_data_says_nothing(tmp_path, caplog):
+def test_a_loop_that_waits_little_for_data_says_nothing(train_on_own_batches, tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="mpp")
-    metrics = train_timed(tmp_path, load_seconds=0.0, step_seconds=0.02, log_every=4)
+    metrics = train_timed(train_on_own_batches, tmp_path, load_seconds=0.0, step_seconds=0.02, log_every=4)
     assert not waiting_warnings(caplog) and metrics["data_wait_share"] < 0.5
 
 
