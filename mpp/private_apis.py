@@ -76,8 +76,9 @@ def accelerate_launch_variable() -> str:
 
 def with_fsdp2_tensor_lookup(cls: ModuleClass) -> ModuleClass:
     """The module class with ``get_parameter_or_buffer``, as a transformers model has it: accelerate's FSDP2 loading
-    (``fsdp2_load_full_state_dict``) looks each state-dict tensor up by it, and on a model without it splits the name
-    at its last dot, which a parameter of the model itself (no submodule) has none of."""
+    (``fsdp2_load_full_state_dict``) up to 1.15 looks each state-dict tensor up by it, and on a model without it
+    splits the name at its last dot, which a parameter of the model itself (no submodule) has none of. From 1.16 it
+    finds such a parameter itself and asks no lookup; this one serves the earlier releases pyproject.toml allows."""
 
     def get_parameter_or_buffer(self: torch.nn.Module, target: str) -> torch.Tensor:
         try:

@@ -4,8 +4,10 @@ relies on: a release that changes one fails here, by name."""
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -15,7 +17,6 @@ import torch
 import torch.distributed as dist
 from accelerate import Accelerator
 from accelerate.state import is_initialized
-from accelerate.commands.launch import launch_command, launch_command_parser
 from accelerate.data_loader import prepare_data_loader
 from accelerate.utils import SAFE_WEIGHTS_NAME, fsdp2_load_full_state_dict
 from safetensors.torch import load_file
@@ -101,25 +102,18 @@ def test_save_state_writes_each_prepared_models_weights_to_its_file(tmp_path):
         assert all(torch.equal(weights[name], tensor.cpu()) for name, tensor in model.state_dict().items())
 
 
-def test_accelerate_launch_sets_its_variable_for_the_process_it_starts(monkeypatch):
-    started = []
-
-    class Process:  # the training process, not started: its environment is recorded
-        returncode = 0
-
-        def __init__(self, command: list[str], env: dict[str, str]):
-            started.append(env)
-
-        def wait(self) -> int:
-            return self.returncode
-
+def test_accelerate_launch_sets_its_variable_for_the_process_it_starts(tmp_path, monkeypatch):
+    """A real launch of a script that writes the environment it started with (the launcher's way of starting its
+    process changes between releases: 1.16 starts it through psutil, reading its stderr)."""
+    script = tmp_path / "environment.py"
+    script.write_text("import json, os, sys\njson.dump(dict(os.environ), open(sys.argv[1], 'w'))\n")
     monkeypatch.delenv(accelerate_launch_variable(), raising=False)
-    monkeypatch.setattr(subprocess, "Popen", Process)
-    launch_command(launch_command_parser().parse_args([
-        "--cpu", "--num_cpu_threads_per_process", "1", "--num_processes", "1", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "train.py"]))
-    assert len(started) == 1 and accelerate_launch_variable() in started[0]
-    for name, value in started[0].items():  # the started process's environment, as it reads it
+    subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_cpu_threads_per_process", "1",
+                    "--num_processes", "1", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                    str(script), str(tmp_path / "environment.json")], check=True, timeout=120)
+    started = json.loads((tmp_path / "environment.json").read_text())
+    assert accelerate_launch_variable() in started
+    for name, value in started.items():  # the started process's environment, as it reads it
         monkeypatch.setenv(name, value)
     assert launched_on_cpu() and not launched_with_fsdp()
 
@@ -160,7 +154,6 @@ def test_no_private_name_of_the_libraries_is_used_outside_private_apis():
     assert not used, "use mpp/private_apis.py for these: " + "; ".join(sorted(used))
 
 
-@with_fsdp2_tensor_lookup
 class TopLevelParameter(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -168,26 +161,42 @@ class TopLevelParameter(torch.nn.Module):
         self.inner = torch.nn.Linear(2, 2)
 
 
-def test_accelerates_fsdp2_loading_looks_each_tensor_up_by_the_method_given(monkeypatch):
+@with_fsdp2_tensor_lookup
+class TopLevelParameterLookedUp(TopLevelParameter):
+    pass
+
+
+def fsdp2_loaded(model: torch.nn.Module, full: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``full`` loaded into ``model`` sharded by FSDP2 on one process, by accelerate's loading; the model's state."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # one process: nothing to wait for
+    try:
+        fully_shard(model, mesh=init_device_mesh("cpu", (1,)))
+        fsdp2_load_full_state_dict(SimpleNamespace(is_main_process=True), model, full)
+        return {name: tensor.full_tensor() for name, tensor in model.state_dict().items()}
+    finally:
+        dist.destroy_process_group()
+
+
+def test_accelerates_fsdp2_loading_loads_a_parameter_of_the_model_itself(monkeypatch):
+    """Up to 1.15 accelerate looks each tensor up by the model's ``get_parameter_or_buffer`` where it has one, and
+    otherwise splits the name at a dot that a parameter of the model itself lacks: ``with_fsdp2_tensor_lookup`` gives
+    the model one. From 1.16 it finds such a parameter without it, and a model without the lookup loads too."""
     looked_up = []
-    lookup = TopLevelParameter.get_parameter_or_buffer
+    lookup = TopLevelParameterLookedUp.get_parameter_or_buffer
 
     def recorded_lookup(model: torch.nn.Module, target: str) -> torch.Tensor:
         looked_up.append(target)
         return lookup(model, target)
 
-    monkeypatch.setattr(TopLevelParameter, "get_parameter_or_buffer", recorded_lookup)
-    model = TopLevelParameter()
-    full = {name: torch.randn_like(tensor) for name, tensor in model.state_dict().items()}
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # one process: nothing to wait for
-    try:
-        fully_shard(model, mesh=init_device_mesh("cpu", (1,)))
-        fsdp2_load_full_state_dict(SimpleNamespace(is_main_process=True), model, full)
-        loaded = {name: tensor.full_tensor() for name, tensor in model.state_dict().items()}
-    finally:
-        dist.destroy_process_group()
-    assert looked_up == list(full)
+    monkeypatch.setattr(TopLevelParameterLookedUp, "get_parameter_or_buffer", recorded_lookup)
+    full = {name: torch.randn_like(tensor) for name, tensor in TopLevelParameter().state_dict().items()}
+    loaded = fsdp2_loaded(TopLevelParameterLookedUp(), full)
     assert loaded.keys() == full.keys() and all(torch.equal(loaded[name], full[name]) for name in full)
+    if looked_up:  # accelerate asks the model: every tensor through the lookup
+        assert looked_up == list(full)
+    else:  # it no longer asks: a model without the lookup loads as well
+        loaded = fsdp2_loaded(TopLevelParameter(), full)
+        assert all(torch.equal(loaded[name], full[name]) for name in full)
 
 
 def test_torch_names_the_devices_of_its_fused_and_capturable_optimizers():
