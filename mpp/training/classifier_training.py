@@ -56,7 +56,7 @@ def scored_models(trainer: Trainer) -> dict[str, torch.nn.Module]:
 
 def eval_loader(trainer: Trainer, eval_set: Dataset) -> DataLoader:
     """``eval_set`` in its order, prepared: each process reads its share."""
-    accelerator = trainer.session.accelerator
+    accelerator = trainer.accelerator
     batch = trainer.train_config.eval_batch_size or trainer.plan.micro_batch_size
     return prepare_loader(accelerator, build_loader(eval_set, batch, trainer.run_config.data, train=False,
                                                     device_type=accelerator.device.type,
@@ -67,7 +67,7 @@ def score_classifier(trainer: Trainer, eval_set: Dataset, eval_name: str) -> dic
     """``<eval_name>_accuracy``, ``..._balanced_accuracy`` and ``..._per_class_accuracy`` of the classifier
     ``trainer`` trained (and ``<eval_name>_accuracy_averaged``, ``..._balanced_accuracy_averaged`` of its averaged
     weights), logged and sent to TensorBoard as ``eval/...``."""
-    accelerator, loader = trainer.session.accelerator, eval_loader(trainer, eval_set)
+    accelerator, loader = trainer.accelerator, eval_loader(trainer, eval_set)
     scores = {}
     for weights, model in scored_models(trainer).items():
         found = scores_of(*top1_predictions(accelerator, model, loader), eval_set.num_classes, f"{eval_name}_")
@@ -85,7 +85,7 @@ def seal_predictions(trainer: Trainer, eval_set: Dataset, eval_name: str) -> dic
     """The classifier's predictions on ``eval_set``, with its labels, written to the run's ``PREDICTIONS_FILE``
     unscored (``finetune.sealed``): a registered test reads its seeds' predictions once, after the last. Nothing
     is scored, logged or sent to TensorBoard; the metrics say where the predictions are."""
-    accelerator, loader = trainer.session.accelerator, eval_loader(trainer, eval_set)
+    accelerator, loader = trainer.accelerator, eval_loader(trainer, eval_set)
     sealed: dict[str, Any] = {"split": eval_name, "class_names": list(getattr(eval_set, "class_names", ())) or
                               [str(label) for label in range(eval_set.num_classes)]}
     for weights, model in scored_models(trainer).items():

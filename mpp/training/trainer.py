@@ -165,7 +165,7 @@ class Trainer:
         log_prefix: str = "",
         optimizer: Optional[torch.optim.Optimizer] = None,
     ) -> None:
-        self.session, self.model, self.train_set, self.run_config = session, model, train_set, config
+        self.model, self.train_set, self.run_config = model, train_set, config
         self.run_dir = run_dir or session.run_dir
         self.ema_decay, self.accuracy_name, self.log_prefix = ema_decay, accuracy_name, log_prefix
         self.accelerator = accelerator = session.accelerator
