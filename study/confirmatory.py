@@ -596,8 +596,9 @@ def tables(cfg: ConfirmatoryConfig, results: dict[str, Any]) -> str:
         body = [[finding, f"{difference.mean:+.1f} {interval([difference.low, difference.high])}",
                  p_cell(difference.p_value)]
                 for finding, difference in exploratory_comparisons(cfg, results["per_seed"])]
-        lines += ["Exploratory (not tested: intervals only):", ""]
-        lines += markdown_table(["Balanced accuracy, points", "Mean [95% interval]", "Two-sided p"], body)
+        if body:  # only where the design has arms beside the tested ones
+            lines += ["Exploratory (not tested: intervals only):", ""]
+            lines += markdown_table(["Balanced accuracy, points", "Mean [95% interval]", "Two-sided p"], body)
     return "\n".join(lines)
 
 
