@@ -530,9 +530,12 @@ def p_cell(p: Optional[float]) -> str:
 
 
 def test_cell(test: dict[str, Any]) -> str:
-    """A test's result as the package's tables give a comparison: mean [95% interval], verdict (p)."""
-    return (f"{test['mean']:+.1f} {interval(test['interval'])}, {'shown' if test['shown'] else 'not shown'} "
-            f"(p {p_cell(test['p_value'])})")
+    """A test's result as the package's tables give a comparison: mean [95% interval], verdict (p); "the opposite
+    shown" where the whole interval lies on the other side of the bound from the alternative tested."""
+    low, high = test["interval"]
+    opposite = high < test["against"] if test["alternative"] == "greater" else low > test["against"]
+    verdict = "shown" if test["shown"] else "the opposite shown" if opposite else "not shown"
+    return f"{test['mean']:+.1f} {interval(test['interval'])}, {verdict} (p {p_cell(test['p_value'])})"
 
 
 def result_cell(step: dict[str, Any]) -> str:
