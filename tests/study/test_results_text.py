@@ -55,7 +55,8 @@ DEFAULT_RUN = "default-run"
 # The front page's columns, as its sentences name them, and the experiment each is; and the curve a sentence names.
 FRONT_PAGE_COLUMNS = {**{column.lower(): name for column, name in FRONT_PAGE_EXPERIMENTS.items()},
                       "the clip-art curve": "curve-openclipart-finetuned-cpu",  # named by a sentence, not a column
-                      "the registered test": "confirm-openclipart-cpu"}
+                      "the registered test": "confirm-openclipart-cpu",
+                      "the regularised test": "confirm-openclipart-regularised-cpu"}
 
 SECTION = re.compile(r"<!-- results: (\S+) -->\n(.*?)<!-- /results: \1 -->", flags=re.S)
 SECTION_START = re.compile(r"^<!-- results: (\S+) -->$")
