@@ -144,7 +144,7 @@ def test_a_classifier_is_scored_in_passes_of_the_eval_batch_size_to_the_same_sco
         return build_loader(dataset, batch_size, *args, **kwargs)
 
     monkeypatch.setattr(classifier_training, "build_loader", loader_of)
-    trainer = SimpleNamespace(session=SimpleNamespace(accelerator=Accelerator(cpu=USE_CPU)), model=model,
+    trainer = SimpleNamespace(accelerator=Accelerator(cpu=USE_CPU), model=model,
                               averaged=None, log_prefix="", run_config=SimpleNamespace(data=data),
                               plan=SimpleNamespace(micro_batch_size=4, global_batch_size=4))
     scores = {}
