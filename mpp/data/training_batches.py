@@ -94,12 +94,11 @@ def check_batch_fits(dataset: Dataset, batch_size: int, described: str = "the tr
     )
 
 
-
 class EndlessEpochBatches(Sampler[list[EpochPosition]]):
     """This process's (``process_index``'s) batches of ``plan.micro_batch_size`` positions of a dataset of ``size``
     images, each position paired with its epoch, epoch after epoch; from batch ``start`` of the run on (a resumed run
     reads what it would have). An epoch is its ``steps_per_epoch`` optimizer steps of ``plan.global_batch_size``, at
-    least one (``mpp.data.loading.check_batch_fits`` refuses data smaller than that)."""
+    least one (``check_batch_fits`` refuses data smaller than that)."""
 
     def __init__(self, size: int, plan: BatchPlan, seed: int, process_index: int = 0, start: int = 0) -> None:
         self.shuffled = seedable_shuffle(size, seed)
