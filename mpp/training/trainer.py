@@ -37,12 +37,15 @@ from mpp.config.training import TrainConfig
 from mpp.data.training_batches import TrainingBatches, check_batch_fits, plan_batches, training_batches
 from mpp.models.pretrained import encoder_from_model_state
 from mpp.run.session import Session
-from mpp.training.checkpoint import (check_resume_compatible, check_resume_length, load_checkpoint,
-                                     resume_checkpoint, save_checkpoint)
-from mpp.training.non_finite import NonFiniteGuard
-from mpp.training.optimizer import create_optimizer
+from mpp.training.checkpoint import (
+    check_resume_compatible,
+    check_resume_length,
+    load_checkpoint,
+    resume_checkpoint,
+    save_checkpoint,
+)
+from mpp.training.optimizer import NonFiniteGuard, create_optimizer, learning_rate, resolved_schedule
 from mpp.training.preemption import Preempted, StopSignals
-from mpp.training.schedule import learning_rate, resolved_schedule
 
 logger = logging.getLogger(__name__)
 DATA_CHECK_STEPS = 20  # steps after the first over which the loop's wait for data is judged, unless it logs earlier

@@ -6,18 +6,17 @@ from __future__ import annotations
 import pytest
 import torch
 from accelerate import Accelerator
+from devices import USE_CPU
 from torch.utils.data import DataLoader
 
-from devices import USE_CPU
 from mpp.config.model import ClassifierConfig
 from mpp.config.training import TrainConfig
 from mpp.errors import ConfigError
+from mpp.metrics import class_hits, class_scores
 from mpp.models.classifier import ImageClassifier
 from mpp.models.encoder import create_encoder, pooled_features
-from mpp.metrics import class_hits, class_scores
 from mpp.training.classifier_training import top1_predictions
-from mpp.training.non_finite import NonFiniteGuard
-from mpp.training.optimizer import create_optimizer
+from mpp.training.optimizer import NonFiniteGuard, create_optimizer
 
 
 @pytest.mark.parametrize("head", ["mlp", "linear"])
@@ -111,8 +110,8 @@ def test_top1_predictions_keep_every_image_once_in_order():
 
 
 def test_supervised_and_fine_tuning_defaults_are_the_papers(tmp_path):
-    from mpp.config.runs import FinetuneRunConfig, SupervisedRunConfig
     from mpp.config.building import build_config
+    from mpp.config.runs import FinetuneRunConfig, SupervisedRunConfig
 
     preset = tmp_path / "preset.yaml"
     preset.write_text("train:\n  steps: 10\n")  # a preset changes only what it lists

@@ -13,7 +13,7 @@ from mpp.config.data import DataConfig
 from mpp.config.training import TrainConfig
 from mpp.data.loading import build_dataset
 from mpp.data.training_batches import BatchPlan, training_batches
-from mpp.training.schedule import resolved_schedule
+from mpp.training.optimizer import resolved_schedule
 
 EPOCHS, MICRO_BATCH = 2, 4
 source, out = sys.argv[1], Path(sys.argv[2])

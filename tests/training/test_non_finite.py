@@ -9,12 +9,12 @@ import pytest
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration
+from devices import USE_CPU
 from torch.utils.data import DataLoader, TensorDataset
 
-from devices import USE_CPU
 from mpp.config.training import TrainConfig
 from mpp.training.checkpoint import list_checkpoints, read_step
-from mpp.training.non_finite import NonFiniteGuard, NonFiniteStep
+from mpp.training.optimizer import NonFiniteGuard, NonFiniteStep
 
 
 class FlakyModel(torch.nn.Module):

@@ -15,8 +15,7 @@ from mpp.errors import ConfigError
 from mpp.models.classifier import ImageClassifier
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
-from mpp.training.non_finite import NonFiniteGuard
-from mpp.training.optimizer import create_optimizer
+from mpp.training.optimizer import NonFiniteGuard, create_optimizer
 
 
 def test_weight_decay_skips_biases_norms_tokens_and_position_embeddings(tiny_model_config):

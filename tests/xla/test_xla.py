@@ -29,17 +29,19 @@ import torch  # noqa: E402
 import torch_xla.debug.metrics as xla_metrics  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
+from mpp.config.building import build_config  # noqa: E402
 from mpp.config.runs import MPPRunConfig, SupervisedRunConfig  # noqa: E402
 from mpp.config.training import TrainConfig  # noqa: E402
-from mpp.config.building import build_config  # noqa: E402
 from mpp.data.loading import build_dataset  # noqa: E402
 from mpp.models.classifier import ImageClassifier  # noqa: E402
 from mpp.models.encoder import create_encoder  # noqa: E402
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor  # noqa: E402
 from mpp.models.mixing import batch_mixing  # noqa: E402
 from mpp.run.session import Session  # noqa: E402
-from mpp.training.non_finite import NonFiniteGuard  # noqa: E402
-from mpp.training.optimizer import create_optimizer  # noqa: E402
+from mpp.training.optimizer import (
+    NonFiniteGuard,  # noqa: E402
+    create_optimizer,  # noqa: E402
+)
 from mpp.training.trainer import Trainer  # noqa: E402
 from tests.launching import ROOT, TINY, launch  # noqa: E402
 
