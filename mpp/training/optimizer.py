@@ -143,6 +143,7 @@ def resolved_schedule(cfg: TrainConfig, images: Optional[int]) -> tuple[TrainCon
 class NonFiniteStep(RunError):
     """A step with a non-finite loss or gradient under ``train.on_nonfinite=stop``, or a whole window of them."""
 
+
 class NonFiniteGuard:
     def __init__(self, optimizer: Any, device: torch.device, stop: bool, scaler_skips: bool, start_step: int = 0):
         self.optimizer = getattr(optimizer, "optimizer", optimizer)  # the torch optimizer under accelerate's wrapper
