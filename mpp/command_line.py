@@ -92,7 +92,7 @@ def run_recipe(main: Union[str, Callable[[Any], Any]], config_class: type, defau
         sys.exit(f"error: {error}")
     from accelerate import PartialState
 
-    from mpp.training.preemption import Preempted, stop_with_launcher
+    from mpp.training.checkpoint import Preempted, stop_with_launcher
 
     stop_with_launcher()  # a launcher killed alone: training saves a checkpoint and stops rather than run on orphaned
     if isinstance(main, str):

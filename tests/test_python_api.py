@@ -14,18 +14,18 @@ from pathlib import Path
 import pytest
 import yaml
 from accelerate.state import is_initialized
+from devices import USE_CPU
 
 import mpp
-from devices import USE_CPU
+from mpp import command_line
+from mpp.commands import COMMANDS
 from mpp.config.building import build_config
 from mpp.config.runs import FinetuneRunConfig, MPPRunConfig
 from mpp.errors import ConfigError, DataError, RunError
-from mpp.training.preemption import Preempted
-from mpp import command_line
-from mpp.commands import COMMANDS
 from mpp.presets import preset_path
 from mpp.recipes import python_api
 from mpp.recipes.python_api import override_arguments
+from mpp.training.checkpoint import Preempted
 from tests.launching import ROOT, free_port, load_script, write_two_noise_classes
 
 ENCODER = {"img_size": 16, "patch_size": 4, "embed_dim": 32, "depth": 2, "num_heads": 2}

@@ -140,7 +140,7 @@ def default_num_workers(device_type: str, local_processes: int) -> int:
 def leave_the_process_group(worker_id: int) -> None:
     """Each loader worker's start: its own process group. A scheduler's SIGTERM (and Ctrl-C's SIGINT) goes to the
     job's whole process group, and a worker it ended would stop the training process (torch raises on a worker
-    killed by a signal) before it saves its checkpoint (``mpp.training.preemption``). Signals sent to the worker
+    killed by a signal) before it saves its checkpoint (``mpp.training.checkpoint``). Signals sent to the worker
     itself still reach it: the training process ends its workers itself, at the latest at its exit (ignoring SIGTERM
     instead would outlive that, and hang the exit)."""
     os.setpgid(0, 0)

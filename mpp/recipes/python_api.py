@@ -32,7 +32,7 @@ from mpp.experiments.config import ComparisonConfig
 from mpp.presets import preset_path
 from mpp.private_apis import forget_accelerate_state, leave_process_group_to_launcher
 from mpp.recipes.run_result import RunResult
-from mpp.training.preemption import Preempted
+from mpp.training.checkpoint import Preempted
 
 # The commands (mpp/commands.py) each function's choice names: pretrain's method, evaluate's protocol.
 METHODS = {"mpp": "pretrain", "supervised": "supervised"}

@@ -38,6 +38,8 @@ from mpp.data.training_batches import TrainingBatches, check_batch_fits, plan_ba
 from mpp.models.pretrained import encoder_from_model_state
 from mpp.run.session import Session
 from mpp.training.checkpoint import (
+    Preempted,
+    StopSignals,
     check_resume_compatible,
     check_resume_length,
     load_checkpoint,
@@ -45,7 +47,6 @@ from mpp.training.checkpoint import (
     save_checkpoint,
 )
 from mpp.training.optimizer import NonFiniteGuard, create_optimizer, learning_rate, resolved_schedule
-from mpp.training.preemption import Preempted, StopSignals
 
 logger = logging.getLogger(__name__)
 DATA_CHECK_STEPS = 20  # steps after the first over which the loop's wait for data is judged, unless it logs earlier

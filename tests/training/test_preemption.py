@@ -14,7 +14,7 @@ import psutil
 import pytest
 from safetensors.torch import load_file
 
-from mpp.training.preemption import StopSignals
+from mpp.training.checkpoint import StopSignals
 from tests.launching import RECIPE, TINY, run_here, start, training_process, wait_for_log
 
 STEPS = ["train.steps=200", "train.log_every=1", "train.checkpoint_every=1000"]
@@ -123,7 +123,7 @@ def test_the_launchers_end_asks_for_a_stop_and_never_stops_the_process_at_once()
 
 LAUNCHER_ENDS_TWICE = """
 import os, signal
-from mpp.training.preemption import StopSignals
+from mpp.training.checkpoint import StopSignals
 
 with StopSignals() as stop:
     os.kill(os.getpid(), signal.SIGUSR2)  # the launcher's main thread ended: save a checkpoint and stop
