@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
 from mpp.commands import COMMANDS, help_text, imported
-from mpp.config.building import parse_command_line
+from mpp.config.building import parse_command_line, preset_names
 from mpp.errors import RunError, RunFinished
-from mpp.presets import preset_names
 
 __all__ = ["main", "run_command", "run_recipe"]  # what study/, tools/ and users may import from here
 

@@ -15,9 +15,9 @@ PACKAGE = Path(__file__).parents[1] / "mpp"
 # later layer, never another unit of its own layer.
 LAYERS = (
     ("mpp.commands", "mpp.errors", "mpp.presets"),  # what every layer reads: the table of commands (each one's
-    # function, config and presets, by name), the errors every layer raises, the presets' files
+    # function, config and presets, by name), the errors every layer raises, the presets' files (no code)
     ("mpp.config", "mpp.keyed_random", "mpp.metrics", "mpp.private_apis", "mpp.raw_images"),
-    # typed configs, their loading from YAML and overrides and their --help; per-image random draws; accuracy per
+    # typed configs, their loading from presets and overrides and their --help; per-image random draws; accuracy per
     # class; the libraries' private APIs; raw images, uint8 or float
     ("mpp.run",),  # what every run has: its accelerator, its directory, its start and end
     ("mpp.data", "mpp.models"),  # images in; the ViT and its objectives

@@ -19,10 +19,9 @@ from devices import USE_CPU
 import mpp
 from mpp import command_line
 from mpp.commands import COMMANDS
-from mpp.config.building import build_config
+from mpp.config.building import build_config, preset_path
 from mpp.config.runs import FinetuneRunConfig, MPPRunConfig
 from mpp.errors import ConfigError, DataError, RunError
-from mpp.presets import preset_path
 from mpp.recipes import python_api
 from mpp.recipes.python_api import override_arguments
 from mpp.training.checkpoint import Preempted

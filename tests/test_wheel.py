@@ -15,7 +15,6 @@ import zipfile
 import pytest
 
 import mpp
-
 from tests.launching import ROOT
 from tests.recipes.test_own_images import write_images
 
@@ -39,7 +38,7 @@ def test_the_python_api_pretrains_finetunes_and_evaluates_from_an_installed_whee
     work.mkdir()
     script = ("import mpp, pathlib\n"
               f"assert pathlib.Path(mpp.__file__).is_relative_to({str(installed)!r}), mpp.__file__\n"
-              "from mpp.presets import preset_path\n"
+              "from mpp.config.building import preset_path\n"
               "assert preset_path('finetune_own_images_cpu').is_file()\n"
               "result = mpp.pretrain(data='shapes', output_dir='run', train={'steps': 20})\n"
               "tuned = mpp.finetune(init='run', output_dir='tuned', train={'steps': 10, 'warmup_steps': 2})\n"

@@ -24,11 +24,11 @@ import torch
 from accelerate import Accelerator
 
 from mpp.benchmark import preset_encoder_and_batch
+from mpp.config.building import preset_path
 from mpp.config.runs import MPPRunConfig
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
 from mpp.training.checkpoint import checkpoint_bytes, checkpoint_damage, load_checkpoint, save_checkpoint
-from mpp.presets import preset_path
 
 DEFAULT_PRESET = "mpp_vit_b16_paper"
 

@@ -22,7 +22,7 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from mpp.benchmark.training_step import DEFAULT_PRESET, ROWS, TrainingStep
-from mpp.presets import preset_path
+from mpp.config.building import preset_path
 
 # An operator's kind, by the first of these words in its name (lower case); the rest is element-wise work.
 # The optimizer first: its fused kernels' names hold "mm" ("AdamMath").

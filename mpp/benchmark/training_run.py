@@ -34,7 +34,7 @@ from PIL import Image
 from mpp.benchmark import preset_encoder_and_batch
 from mpp.benchmark.loader_speed import synthetic_jpegs, write_labelled_jpegs
 from mpp.benchmark.training_step import DEFAULT_PRESET, measure_interleaved
-from mpp.presets import preset_path
+from mpp.config.building import preset_path
 
 NO_MONITORS = ("monitor.few_shot_every=0", "monitor.mosaic_every=0", "monitor.final_few_shot_draws=0")
 

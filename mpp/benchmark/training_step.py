@@ -45,11 +45,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from mpp.benchmark import preset_encoder_and_batch
+from mpp.config.building import preset_path
 from mpp.config.model import ClassifierConfig
 from mpp.config.runs import MPPRunConfig
 from mpp.models.encoder import create_encoder, encoder_structure
 from mpp.training.optimizer import create_optimizer
-from mpp.presets import preset_path
 
 __all__ = ["measure_interleaved"]  # what study/, tools/ and users may import from here
 

@@ -17,18 +17,38 @@ import sys
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 import yaml
 
 from mpp.config.help import keys_help
 from mpp.errors import ConfigError
-from mpp.presets import preset_names, preset_path
 
 # what study/, tools/ and users may import from here
 __all__ = [
-    "build_config", "config_keys", "config_to_dict", "parse_command_line", "save_config",
+    "build_config", "config_keys", "config_to_dict", "parse_command_line", "preset_file", "preset_names", "preset_path",
+    "save_config",
 ]
+
+PRESETS = Path(__file__).parents[1] / "presets"  # installed with the package; recipes/configs/ in a checkout links here
+
+
+def preset_file(name: str) -> Path:
+    """The installed preset of that name (without ``.yaml``)."""
+    return PRESETS / f"{name}.yaml"
+
+
+def preset_names() -> list[str]:
+    """Every installed preset's name."""
+    return sorted(path.stem for path in PRESETS.glob("*.yaml"))
+
+
+def preset_path(preset: Union[str, Path]) -> Path:
+    """``preset`` as ``--config`` takes it: a bare name (no folder, no suffix) is the installed preset of that name
+    (``finetune_own_images_cpu``); anything else, a file's path. Which command reads which preset is written in
+    mpp/commands.py."""
+    path = Path(preset)
+    return path if path.suffix or len(path.parts) > 1 else preset_file(str(path))
 
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from mpp.config.building import preset_names, preset_path
 from mpp.errors import ConfigError
-from mpp.presets import preset_names, preset_path
 
 # The names meant for use outside the package (study/, tools/ and users)
 __all__ = [

@@ -25,11 +25,10 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Literal, Optional
 
 from mpp.commands import COMMANDS
-from mpp.config.building import build_config
+from mpp.config.building import build_config, preset_path
 from mpp.errors import ConfigError, RunFinished
 from mpp.experiments import comparison
 from mpp.experiments.config import ComparisonConfig
-from mpp.presets import preset_path
 from mpp.private_apis import forget_accelerate_state, leave_process_group_to_launcher
 from mpp.recipes.run_result import RunResult
 from mpp.training.checkpoint import Preempted

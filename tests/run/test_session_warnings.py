@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
+from mpp.config.building import preset_path
 from mpp.config.training import TrainConfig
-from mpp.presets import preset_path
 from mpp.run.session import warn_of_gpu_settings_on_a_cpu
 
 
