@@ -16,9 +16,9 @@ PACKAGE = Path(__file__).parents[1] / "mpp"
 LAYERS = (
     ("mpp.commands", "mpp.errors", "mpp.presets"),  # what every layer reads: the table of commands (each one's
     # function, config and presets, by name), the errors every layer raises, the presets' files (no code)
-    ("mpp.config", "mpp.keyed_random", "mpp.metrics", "mpp.private_apis", "mpp.raw_images"),
-    # typed configs, their loading from presets and overrides and their --help; per-image random draws; accuracy per
-    # class; the libraries' private APIs; raw images, uint8 or float
+    ("mpp.config", "mpp.images", "mpp.metrics", "mpp.private_apis"),
+    # typed configs, their loading from presets and overrides and their --help; raw images and their per-image random
+    # draws; accuracy per class; the libraries' private APIs
     ("mpp.run",),  # what every run has: its accelerator, its directory, its start and end
     ("mpp.data", "mpp.models"),  # images in; the ViT and its objectives
     ("mpp.training", "mpp.evaluation"),  # the training loop; frozen-encoder protocols and pictures

@@ -17,12 +17,10 @@ from pathlib import Path
 
 import torch
 
-from tools.trained_mpp import trained_colour_mpp
 from mpp.data.loading import build_dataset
-from mpp.keyed_random import keys_of
-from mpp.raw_images import unit_interval
-from mpp.models.masked_patch_prediction import MaskedPatchPredictor
-from mpp.models.masked_patch_prediction import class_colours
+from mpp.images import keys_of, unit_interval
+from mpp.models.masked_patch_prediction import MaskedPatchPredictor, class_colours
+from tools.trained_mpp import trained_colour_mpp
 
 GREY_CHANNEL_SPREAD = 16 / 255  # a pixel's largest minus smallest channel: anti-aliasing and PNG palettes stay within
 GREY_TOLERANCE_SHARE = 0.01  # a few coloured pixels (a logo's dot) do not make a drawing colour

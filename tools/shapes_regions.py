@@ -16,11 +16,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from tools.trained_mpp import trained_colour_mpp
 from mpp.data.shapes import ShapesSource, copy_masks
-from mpp.keyed_random import keys_of
-from mpp.models.masked_patch_prediction import select_patches
-from mpp.models.masked_patch_prediction import MaskedPatchPredictor
+from mpp.images import keys_of
+from mpp.models.masked_patch_prediction import MaskedPatchPredictor, select_patches
+from tools.trained_mpp import trained_colour_mpp
 
 REGIONS = ("inside", "outline", "outside")
 

@@ -58,7 +58,7 @@ from mpp.data.prepare import Settings, prepare
 from mpp.data.shapes import ShapesSource
 from mpp.data.training_batches import check_batch_fits
 from mpp.data.transforms import ImageView, image_sizes, mirrored, resized_crop_of_pixels
-from mpp.keyed_random import KeyedDraws, keys_of
+from mpp.images import KeyedDraws, keys_of
 from mpp.models.encoder import encoder_structure
 
 # The names meant for use outside the package (study/, tools/ and users)

@@ -2,7 +2,7 @@
 its random erasing (``augment.*``).
 
 torchvision draws one set of operations per call from torch's global generator, so each image is augmented on its
-own, with the generator seeded from the image's random key (``mpp.keyed_random``: (seed, epoch, index)): its draws
+own, with the generator seeded from the image's random key (``mpp.images``: (seed, epoch, index)): its draws
 are the same whichever worker, process or batch holds it, and a resumed run repeats them. The loop over the batch runs
 in the loader (its workers on a GPU machine), beside the decoding of files, which is per image already; the
 generator's state is restored after it, so the loading process draws on as it would have without it.
@@ -17,8 +17,7 @@ import torch
 from torchvision.transforms import v2
 
 from mpp.config.training import RANDAUGMENT_SCALE, AugmentConfig
-from mpp.keyed_random import keys_of
-from mpp.raw_images import unit_interval
+from mpp.images import keys_of, unit_interval
 
 AUGMENT_STREAM = 0x5EEDA06  # folded into each image's key, so these draws are a stream apart from its view's
 

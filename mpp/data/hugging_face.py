@@ -20,7 +20,7 @@ from mpp.data.image_dataset import Split, too_many_failures
 from mpp.data.image_source import UNDECODABLE_KINDS, FileSource, UndecodableImage, read_file
 from mpp.data.transforms import ImageView, match_channels
 from mpp.errors import DataError
-from mpp.keyed_random import KeyedDraws, keys_of
+from mpp.images import KeyedDraws, keys_of
 
 MAX_STREAM_WORKERS = 256  # rows of the shared failure counters of a stream (one per loader worker)
 STREAM_MIN_READS = 100  # a stream judges its failure fraction only after this many images per worker

@@ -31,7 +31,7 @@ from mpp.data.image_source import (
 )
 from mpp.data.transforms import ImageView, image_sizes, match_channels, mirrored, resized_crops
 from mpp.errors import DataError
-from mpp.keyed_random import Key, KeyedDraws, keys_of
+from mpp.images import Key, KeyedDraws, keys_of
 
 JPEG_END = b"\xff\xd9"  # a JPEG file's last marker (EOI)
 EpochPosition = tuple[int, int]  # (epoch, position in the dataset), as a training run samples them

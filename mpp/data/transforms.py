@@ -7,7 +7,7 @@ a few tensor operations. Tensors (in-memory sources) are cut out and resized in 
 bilinearly when enlarging, into float views in [0, 1]; files, each of its own size, are decoded for their boxes and
 resampled one by one, as antialiased bilinear, into uint8 views (the model scales either to [0, 1]).
 
-Randomness comes from per-image draws (``mpp.keyed_random``), which the datasets key by (seed, epoch, index): a
+Randomness comes from per-image draws (``mpp.images``), which the datasets key by (seed, epoch, index): a
 sample's view is the same whichever worker, process or batch draws it, and a resumed run draws what an uninterrupted
 one would.
 """
@@ -26,8 +26,7 @@ from torchvision.ops import roi_align
 from mpp.config.data import DataConfig
 from mpp.data.augmentation import ImageAugmentation
 from mpp.data.image_source import open_image, pixels_for_crop
-from mpp.keyed_random import KeyedDraws
-from mpp.raw_images import unit_interval
+from mpp.images import KeyedDraws, unit_interval
 
 CROP_ATTEMPTS = 10  # candidate boxes per image before falling back to a centre crop (as torchvision's)
 

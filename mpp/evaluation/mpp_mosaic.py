@@ -11,7 +11,7 @@ from accelerate import Accelerator
 from einops import rearrange
 
 from mpp.evaluation.pictures import enlarged, image_grid, save_picture
-from mpp.keyed_random import keys_of
+from mpp.images import keys_of
 from mpp.models.masked_patch_prediction import MASK, RANDOM, Corruption, MaskedPatchPredictor, as_rgb
 
 

@@ -14,7 +14,7 @@ from torch import nn
 
 from mpp.config.model import FrozenFeatures, ModelConfig, Pooling
 from mpp.errors import ConfigError
-from mpp.raw_images import unit_interval
+from mpp.images import unit_interval
 
 # The names meant for use outside the package (study/, tools/ and users)
 __all__ = [

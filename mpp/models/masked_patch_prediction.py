@@ -31,10 +31,9 @@ from torch import nn
 
 from mpp.config.model import MPPConfig
 from mpp.errors import ConfigError
-from mpp.keyed_random import KeyedDraws, keys_of
+from mpp.images import KeyedDraws, keys_of, unit_interval
 from mpp.models.encoder import BuiltOnEncoder, InputNormalisation
 from mpp.private_apis import add_position_embeddings, with_fsdp2_tensor_lookup
-from mpp.raw_images import unit_interval
 
 # What study/, tools/ and users may import from here
 __all__ = ["MaskedPatchPredictor", "class_colours", "select_patches"]
@@ -68,7 +67,7 @@ def draw_corruption(
     random_fraction: float = 0.1,
 ) -> Corruption:
     """Choose which patches to corrupt and how, independently per image, from each image's own draws (so an image's
-    corruption is the same in any batch: ``mpp.keyed_random``)."""
+    corruption is the same in any batch: ``mpp.images``)."""
     if random_fraction > 0 and num_patches < 2:
         raise ValueError("replacing a patch by another patch needs at least two patches per image")
     k = num_corrupted(num_patches, rate)
@@ -311,7 +310,7 @@ class MaskedPatchPredictor(BuiltOnEncoder):
         return super().no_weight_decay() | {"mask_embedding"}
 
     def draw_corruption(self, random_keys: torch.Tensor) -> Corruption:
-        """The corruption of the images with these (b) keys (``mpp.keyed_random.keys_of``), on the keys' device.
+        """The corruption of the images with these (b) keys (``mpp.images.keys_of``), on the keys' device.
         The keys are folded with a constant first: the data drew each image's view from the same key."""
         return draw_corruption(
             KeyedDraws(keys_of(CORRUPTION_STREAM, random_keys)),

@@ -16,8 +16,8 @@ import torch
 from timm.data.mixup import Mixup, cutmix_bbox_and_lam, mixup_target
 
 from mpp.config.training import AugmentConfig
+from mpp.images import unit_interval
 from mpp.private_apis import mixup_batch_parameters
-from mpp.raw_images import unit_interval
 
 
 class BatchMixing:

@@ -12,7 +12,7 @@ from mpp.config.training import AugmentConfig
 from mpp.data.augmentation import image_augmentation
 from mpp.data.loading import build_dataset
 from mpp.errors import ConfigError
-from mpp.keyed_random import keys_of
+from mpp.images import keys_of
 
 MEAN, STD = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
 

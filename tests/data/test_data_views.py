@@ -23,7 +23,7 @@ from mpp.data.transforms import (
     resized_crop_of_pixels,
     resized_crops,
 )
-from mpp.keyed_random import KeyedDraws, keys_of
+from mpp.images import KeyedDraws, keys_of
 
 
 def draws(batch: int, seed: int) -> KeyedDraws:

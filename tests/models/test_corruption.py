@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mpp.keyed_random import KeyedDraws, keys_of
+from mpp.images import KeyedDraws, keys_of
 from mpp.models.masked_patch_prediction import (
     MASK,
     RANDOM,

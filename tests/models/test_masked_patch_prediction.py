@@ -6,10 +6,16 @@ from einops import repeat
 
 from mpp.config.model import MPPConfig
 from mpp.errors import ConfigError
-from mpp.keyed_random import KeyedDraws, keys_of
-from mpp.models.masked_patch_prediction import (MASK, UNCHANGED, Corruption, MaskedPatchPredictor, draw_corruption,
-                                                mpp_majority_class_accuracy)
+from mpp.images import KeyedDraws, keys_of
 from mpp.models.encoder import BuiltOnEncoder, ImageEncoder, create_encoder
+from mpp.models.masked_patch_prediction import (
+    MASK,
+    UNCHANGED,
+    Corruption,
+    MaskedPatchPredictor,
+    draw_corruption,
+    mpp_majority_class_accuracy,
+)
 
 MEAN, STD = (0.4, 0.5, 0.6), (0.2, 0.25, 0.3)
 

@@ -15,7 +15,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from mpp.config.data import DataConfig
 from mpp.data.loading import build_dataset
-from mpp.raw_images import unit_interval
+from mpp.images import unit_interval
 from tests.launching import ROOT, TINY, launch, run_here
 
 pytestmark = pytest.mark.slow  # every test here launches a recipe or trains (pytest -m "not slow" leaves them out)

@@ -14,7 +14,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import fully_shard
 
 from mpp.config.model import ModelConfig, MPPConfig
-from mpp.keyed_random import keys_of
+from mpp.images import keys_of
 from mpp.models.encoder import create_encoder
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor
 from mpp.models.pretrained import encoder_from_model_state, export_encoder

@@ -37,7 +37,7 @@ def test_the_layout_page_shows_the_trail_as_traced(trail):
 
 def test_writing_the_trail_replaces_only_the_block_between_its_markers():
     page = f"before\n{BEGIN}\nold trail\n{END}\nafter\n"
-    written = page_with_trail(page, {"mpp/keyed_random.py": ["f", "g"]})
-    assert written == f"before\n{BEGIN}\n1. `mpp/keyed_random.py`: `f`, `g`\n{END}\nafter\n"
+    written = page_with_trail(page, {"mpp/images.py": ["f", "g"]})
+    assert written == f"before\n{BEGIN}\n1. `mpp/images.py`: `f`, `g`\n{END}\nafter\n"
     with pytest.raises(SystemExit, match="no .* block"):
         page_with_trail("a page without the markers", {})

@@ -9,12 +9,12 @@ import pytest
 import torch
 from accelerate import Accelerator
 from accelerate.data_loader import prepare_data_loader
+from devices import USE_CPU
 from torch.utils.data import DataLoader
 
-from devices import USE_CPU
 from mpp.config.training import TrainConfig
-from mpp.errors import ConfigError
 from mpp.data.training_batches import BatchPlan, EndlessEpochBatches, plan_batches
+from mpp.errors import ConfigError
 from mpp.training.trainer import TrainingClock
 
 
@@ -45,7 +45,7 @@ def test_a_runs_endless_loader_gives_the_batches_of_a_loader_prepared_each_epoch
     from mpp.config.data import DataConfig
     from mpp.data.loading import build_dataset
     from mpp.data.training_batches import build_training_loader
-    from mpp.keyed_random import KeyedDraws, keys_of
+    from mpp.images import KeyedDraws, keys_of
 
     dataset = build_dataset(DataConfig(), "train", 8, channels=3, augment=True, seed=5)
     dataset.indices = dataset.indices[:44]  # 5 batches of 4 per process and epoch with two, 11 with one

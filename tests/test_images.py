@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from mpp.keyed_random import KeyedDraws, keys_of, mix32, multiply32
+from mpp.images import KeyedDraws, keys_of, mix32, multiply32
 
 
 def test_multiplication_modulo_2_to_the_32_is_exact_for_python_ints_and_int64_tensors():

@@ -1,9 +1,15 @@
-"""Random numbers that are a function of a key per image, not of a generator's state.
+"""What the data and the models agree on about images: their raw form, and the key each image's random draws come
+from.
 
-A run draws each image's augmentation and its corruption from the image's key, a hash of (seed, epoch, index in the
-dataset) that travels with the batch, so a draw does not depend on which process holds the image, how the global
-batch is split into passes, or what was drawn before it: the run is the same on any number of processes, and a
-resumed one draws what an uninterrupted one would.
+Raw images as the models take them: uint8 (decoded files, which the loader hands on as they are, a quarter of the
+bytes of floats) or float in [0, 1] (in-memory sources, and every view once cropped). The one conversion between the
+two is ``unit_interval``.
+
+Random numbers that are a function of a key per image, not of a generator's state. A run draws each image's
+augmentation and its corruption from the image's key, a hash of (seed, epoch, index in the dataset) that travels with
+the batch, so a draw does not depend on which process holds the image, how the global batch is split into passes, or
+what was drawn before it: the run is the same on any number of processes, and a resumed one draws what an
+uninterrupted one would.
 
 A counter-based hash in int64 tensor operations (every value kept below 2**32, every product's magnitude below
 2**63, so nothing overflows on any backend): vectorised over the batch, with static shapes, on the CPU, CUDA and XLA
@@ -18,7 +24,10 @@ from typing import Union
 
 import torch
 
-__all__ = ["keys_of"]  # what study/, tools/ and users may import from here
+# what study/, tools/ and users may import from here
+__all__ = [
+    "keys_of", "unit_interval",
+]
 
 LOW32 = 0xFFFFFFFF
 Key = Union[int, torch.Tensor]  # a Python int, or an int64 tensor of them (any values, negative ones included)
@@ -66,3 +75,8 @@ class KeyedDraws:
         stream = mix32(self.keys ^ mix32(self.calls)).view(-1, *(1 for _ in shape))  # keys are 32-bit already
         columns = mix32(torch.arange(math.prod(shape), device=self.keys.device)).view(1, *shape)
         return (mix32(stream ^ columns) >> 8).to(torch.float32) / 2**24
+
+
+def unit_interval(images: torch.Tensor) -> torch.Tensor:
+    """Raw images as float in [0, 1]: uint8 ones scaled on whatever device they reached, float ones unchanged."""
+    return images.float().div_(255) if images.dtype == torch.uint8 else images
