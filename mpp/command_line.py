@@ -32,7 +32,7 @@ def continue_command(checkpoint: Path, invocation: Sequence[str], argv: Sequence
     from accelerate import PartialState
 
     from mpp.private_apis import accelerate_launch_variable
-    from mpp.run.directory import CONFIG_FILE
+    from mpp.run import CONFIG_FILE
 
     run_dir = next(folder for folder in Path(checkpoint).parents if (folder / CONFIG_FILE).is_file())
     kept = [arg for arg in argv if arg != "--resume" and not arg.startswith(("output_dir=", "resume="))]

@@ -27,12 +27,11 @@ from mpp.command_line import run_recipe
 from mpp.config.building import build_config
 from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig
 from mpp.errors import ConfigError
-from mpp.metrics import scores_of
 from mpp.evaluation.statistics import PairedDifference, paired_difference, student_t_two_sided_p
 from mpp.experiments.publishing import markdown_table, mean_std, percent
 from mpp.experiments.runner import Run, claim_experiment, execute, recipe_command
-from mpp.run.directory import PREDICTIONS_FILE, read_metrics, write_whole
-from mpp.run.session import configure_logging
+from mpp.metrics import scores_of
+from mpp.run import PREDICTIONS_FILE, configure_logging, read_metrics, write_whole
 from study.class_balance import class_balance
 from study.curve import last_fifths_training_accuracy
 from study.results_page import PublishedExperimentConfig, check_section, write_section

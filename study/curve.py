@@ -32,16 +32,15 @@ from timm.models.vision_transformer import VisionTransformer
 from mpp.command_line import run_recipe
 from mpp.config.building import build_config
 from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig
-from mpp.data.training_batches import check_batch_fits, steps_per_epoch
 from mpp.data.loading import build_dataset, sample_images
+from mpp.data.training_batches import check_batch_fits, steps_per_epoch
 from mpp.errors import ConfigError
 from mpp.experiments.publishing import copy_to_publish_dir, publish_table
 from mpp.experiments.runner import Run, at_first_seeds_rate, recipe_command, run_experiment
 from mpp.models.encoder import InputNormalisation, encoder_structure
 from mpp.models.pretrained import fine_tuning_encoder, read_pretrained
 from mpp.private_apis import saved_model_file
-from mpp.run.directory import logged_scalars, read_metrics
-from mpp.run.session import configure_logging
+from mpp.run import configure_logging, logged_scalars, read_metrics
 from mpp.training.checkpoint import checkpoint_path
 from study.class_balance import class_balance
 from study.curve_config import LONGER, PretrainingCurveConfig

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from mpp.experiments.config import ExperimentConfig
-from mpp.run.directory import read_metrics
+from mpp.run import read_metrics
 
 WIDENING = 3.0  # the factor between a widened grid's new rate and its old edge: the grids' own spacing
 

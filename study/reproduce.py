@@ -21,7 +21,7 @@ DEFAULT_PRESET = Path(__file__).parent / "configs" / "reproduce_fashion_mnist_cp
 
 
 def main(cfg: ReproductionConfig) -> None:
-    from mpp.run.session import configure_logging
+    from mpp.run import configure_logging
     from study.reproduction import reproduce  # with torch, once the config is valid
 
     configure_logging()

@@ -32,7 +32,7 @@ from mpp.config.runs import FinetuneRunConfig
 from mpp.errors import ConfigError, RunError
 from mpp.experiments.publishing import copy_to_publish_dir, publish_table
 from mpp.experiments.runner import Run, at_first_seeds_rate, recipe_command, run_experiment
-from mpp.run.directory import CONFIG_FILE, logged_scalars, read_metrics
+from mpp.run import CONFIG_FILE, logged_scalars, read_metrics
 from study.class_balance import class_balance
 from study.learning_rate_widening import finished_widenings, swept_grids, widened_run_name, widened_sweep
 from study.reproduction_config import ReproductionConfig, ReproductionRow

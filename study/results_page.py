@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from mpp.errors import ConfigError
 from mpp.experiments.config import ExperimentConfig
-from mpp.run.directory import write_whole
+from mpp.run import write_whole
 
 
 @dataclass

@@ -173,7 +173,7 @@ def test_resume_flag_means_resume_auto():
 def test_trackers_add_to_tensorboard_and_a_missing_package_is_named(monkeypatch):
     import accelerate.utils
 
-    from mpp.run.session import trackers
+    from mpp.run import trackers
 
     assert trackers(build_config(MPPRunConfig).train) == ["tensorboard"]
     monkeypatch.setattr(accelerate.utils, "is_mlflow_available", lambda: True)

@@ -35,7 +35,7 @@ from mpp.config.building import build_config
 from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig, SupervisedRunConfig
 from mpp.experiments.config import ComparisonConfig
 from mpp.models.encoder import count_parameters, encoder_structure
-from mpp.run.directory import write_whole
+from mpp.run import write_whole
 from study.reproduction_config import ReproductionConfig
 from study.reproduction_tables import headline
 

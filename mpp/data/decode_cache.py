@@ -24,7 +24,7 @@ import torch
 from PIL import Image
 
 from mpp.data.image_source import ReducedImage, resized_to_short_side
-from mpp.run.directory import read_cache, write_whole
+from mpp.run import read_cache, write_whole
 
 
 def cache_root() -> Path:

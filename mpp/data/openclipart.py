@@ -27,7 +27,7 @@ from mpp.data.decode_cache import cache_root
 from mpp.data.image_folder import image_files
 from mpp.data.image_source import ArraySource, UndecodableImage, decode, open_image, read_file, skip_summary
 from mpp.errors import DataError
-from mpp.run.directory import read_cache, write_whole
+from mpp.run import read_cache, write_whole
 
 DEFAULT_ROOT = "/usr/share/openclipart/png"
 MIN_IMAGES = 90  # drawings whose file the category holds

@@ -32,8 +32,8 @@ from typing import Optional, Sequence
 import torch
 from PIL import Image
 
-from mpp.config.data import DataConfig
 from mpp.config.building import build_config
+from mpp.config.data import DataConfig
 from mpp.data.image_source import (
     FileSource,
     ImageSource,
@@ -44,7 +44,7 @@ from mpp.data.image_source import (
 )
 from mpp.data.sources import open_source
 from mpp.errors import DataError, RunError
-from mpp.run.directory import write_whole
+from mpp.run import write_whole
 
 RECORD = "prepared.json"
 

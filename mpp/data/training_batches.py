@@ -41,7 +41,7 @@ from mpp.data.image_source import FileSource
 from mpp.data.loading import build_loader, loader_workers, move_to_device, report_skipped
 from mpp.errors import ConfigError, DataError
 from mpp.private_apis import process_share_of_batches, seedable_shuffle
-from mpp.run.session import local_processes
+from mpp.run import local_processes
 
 __all__ = ["check_batch_fits", "steps_per_epoch"]  # what study/, tools/ and users may import from here
 

@@ -26,8 +26,8 @@ from mpp.config.runs import EvaluationRunConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.loading import (
     build_dataset,
-    check_classes_to_learn,
     build_loader,
+    check_classes_to_learn,
     prepare_loader,
     report_skipped,
     warn_if_tested_on_training_images,
@@ -41,8 +41,7 @@ from mpp.models.pretrained import (
     input_normalisation,
     read_pretrained,
 )
-from mpp.run.directory import FEATURES_DIR, read_cache, write_whole
-from mpp.run.session import Session, local_processes
+from mpp.run import FEATURES_DIR, Session, local_processes, read_cache, write_whole
 
 logger = logging.getLogger(__name__)
 

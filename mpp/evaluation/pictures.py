@@ -16,7 +16,7 @@ from accelerate import Accelerator
 from PIL import Image
 from torchvision.utils import make_grid
 
-from mpp.run.directory import PICTURES_DIR
+from mpp.run import PICTURES_DIR
 
 matplotlib.use("Agg")  # files only: no display on a training machine
 

@@ -26,11 +26,17 @@ from mpp.errors import ConfigError
 from mpp.evaluation.statistics import describe_difference, paired_difference
 from mpp.experiments.checks import check_labelled_images, check_run_configs, warn_if_test_images_are_unlabelled_ones
 from mpp.experiments.config import ComparisonConfig
-from mpp.experiments.publishing import (Comparison, comparison_table, copy_to_publish_dir, holm_summary,
-                                        markdown_table, percent, publish_table)
+from mpp.experiments.publishing import (
+    Comparison,
+    comparison_table,
+    copy_to_publish_dir,
+    holm_summary,
+    markdown_table,
+    percent,
+    publish_table,
+)
 from mpp.experiments.runner import Run, at_first_seeds_rate, recipe_command, run_experiment
-from mpp.run.directory import read_metrics
-from mpp.run.session import configure_logging
+from mpp.run import configure_logging, read_metrics
 from mpp.training.classifier_training import grid_edge
 
 ARMS = {"mpp": "MPP pre-trained", "scratch": "from scratch", "mpp_paper": "MPP pre-trained, the paper's recipe",

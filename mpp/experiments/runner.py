@@ -30,7 +30,7 @@ from mpp.config.building import config_to_dict
 from mpp.errors import ConfigError, RunError
 from mpp.experiments.config import ExperimentConfig
 from mpp.experiments.publishing import published_results
-from mpp.run.directory import METRICS_FILE, read_metrics
+from mpp.run import METRICS_FILE, read_metrics
 
 # The names meant for use outside the package (study/, tools/ and users)
 __all__ = [

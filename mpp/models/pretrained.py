@@ -37,7 +37,7 @@ from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 from mpp.config.model import ModelConfig, Pooling
 from mpp.errors import ConfigError
 from mpp.models.encoder import create_encoder
-from mpp.run.directory import CHECKPOINTS_DIR, EXPORT_DIR, PARTIAL_SUFFIX
+from mpp.run import CHECKPOINTS_DIR, EXPORT_DIR, PARTIAL_SUFFIX
 
 # The names meant for use outside the package (study/, tools/ and users)
 __all__ = [

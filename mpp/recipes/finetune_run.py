@@ -21,9 +21,14 @@ from mpp.models.encoder import count_parameters
 from mpp.models.mixing import batch_mixing
 from mpp.models.pretrained import fine_tuning_encoder, fine_tuning_model_config, input_normalisation, read_pretrained
 from mpp.recipes.run_result import RunResult
-from mpp.run.session import Session
-from mpp.training.classifier_training import (chosen_learning_rate, grid_edge, sweep_learning_rates, sweep_split,
-                                               train_classifier)
+from mpp.run import Session
+from mpp.training.classifier_training import (
+    chosen_learning_rate,
+    grid_edge,
+    sweep_learning_rates,
+    sweep_split,
+    train_classifier,
+)
 from mpp.training.trainer import Trainer
 
 logger = logging.getLogger(__name__)

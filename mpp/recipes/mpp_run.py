@@ -15,8 +15,7 @@ from mpp.models.masked_patch_prediction import MaskedPatchPredictor, mpp_majorit
 from mpp.models.model_card import model_card
 from mpp.models.pretrained import export_encoder
 from mpp.recipes.run_result import RunResult
-from mpp.run.directory import EXPORT_DIR
-from mpp.run.session import Session
+from mpp.run import EXPORT_DIR, Session
 from mpp.training.trainer import Trainer
 
 BASELINE_IMAGES = 2048  # sampled to measure the accuracy of always predicting the most frequent colour class

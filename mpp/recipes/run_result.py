@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from mpp.run.directory import EXPORT_DIR
+from mpp.run import EXPORT_DIR
 
 
 @dataclass(frozen=True)

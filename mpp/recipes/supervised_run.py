@@ -15,8 +15,7 @@ from mpp.models.mixing import batch_mixing
 from mpp.models.model_card import model_card
 from mpp.models.pretrained import export_encoder
 from mpp.recipes.run_result import RunResult
-from mpp.run.directory import EXPORT_DIR
-from mpp.run.session import Session
+from mpp.run import EXPORT_DIR, Session
 from mpp.training.classifier_training import train_classifier
 from mpp.training.trainer import Trainer
 

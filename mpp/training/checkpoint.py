@@ -49,7 +49,7 @@ from mpp.config.building import config_to_dict, save_config
 from mpp.config.runs import TrainingRunConfig
 from mpp.errors import ConfigError, RunError, RunFinished
 from mpp.private_apis import accelerate_launch_variable, prepared_models_and_optimizers, saved_model_file
-from mpp.run.directory import CHECKPOINTS_DIR, CONFIG_FILE, EXPORT_DIR, PARTIAL_SUFFIX, read_metrics
+from mpp.run import CHECKPOINTS_DIR, CONFIG_FILE, EXPORT_DIR, PARTIAL_SUFFIX, read_metrics
 
 # what study/, tools/ and users may import from here
 __all__ = [

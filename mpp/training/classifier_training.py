@@ -16,16 +16,14 @@ from torch.utils.data import DataLoader, Dataset
 from mpp.config.runs import FinetuneRunConfig
 from mpp.data.image_dataset import ImageDataset
 from mpp.data.loading import build_loader, prepare_loader
-from mpp.data.training_batches import check_batch_fits
 from mpp.data.subsets import holdout_split
+from mpp.data.training_batches import check_batch_fits
 from mpp.data.transforms import ImageView
 from mpp.errors import ConfigError, DataError
 from mpp.metrics import scores_of
 from mpp.models.classifier import ImageClassifier
-from mpp.run.directory import PREDICTIONS_FILE, SWEEP_DIR, read_metrics, write_metrics, write_whole
-from mpp.run.session import Session, local_processes
-from mpp.training.trainer import Monitor
-from mpp.training.trainer import Trainer
+from mpp.run import PREDICTIONS_FILE, SWEEP_DIR, Session, local_processes, read_metrics, write_metrics, write_whole
+from mpp.training.trainer import Monitor, Trainer
 
 logger = logging.getLogger(__name__)
 

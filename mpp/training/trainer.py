@@ -36,7 +36,7 @@ from mpp.config.runs import TrainingRunConfig
 from mpp.config.training import TrainConfig
 from mpp.data.training_batches import TrainingBatches, check_batch_fits, plan_batches, training_batches
 from mpp.models.pretrained import encoder_from_model_state
-from mpp.run.session import Session
+from mpp.run import Session
 from mpp.training.checkpoint import (
     Preempted,
     StopSignals,

@@ -7,7 +7,7 @@ import logging
 import torch
 from safetensors.torch import load_file, save_file
 
-from mpp.run.directory import read_cache, write_whole
+from mpp.run import read_cache, write_whole
 
 
 def test_a_whole_cache_is_read_and_a_missing_one_is_none(tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mpp.command_line import continue_command
-from mpp.run.directory import RunDirectoryError, resolve_output_dir
+from mpp.run import RunDirectoryError, resolve_output_dir
 
 
 def started_run(root: Path, name: str) -> Path:

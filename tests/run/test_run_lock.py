@@ -1,4 +1,4 @@
-"""One writer per run directory (mpp/run/lock.py): a held directory is refused, naming its holder; a lock whose holder
+"""One writer per run directory (mpp/run.py): a held directory is refused, naming its holder; a lock whose holder
 is gone is taken over; a run releases its lock when it ends, well or not."""
 
 from __future__ import annotations
@@ -12,11 +12,10 @@ import sys
 import time
 
 import pytest
-
 from launching import NO_MPP_MONITORS, TINY, launch, start, wait_for_log
-from mpp.run import lock as run_lock
-from mpp.run.directory import RunDirectoryError, claim_output_dir
-from mpp.run.lock import LOCK_FILE, LockHolder, RunDirectoryInUse, RunLock
+
+import mpp.run
+from mpp.run import LOCK_FILE, LockHolder, RunDirectoryError, RunDirectoryInUse, RunLock, claim_output_dir
 
 
 def write_lock(run_dir, host: str, pid: int, age_s: float = 0.0) -> None:
@@ -50,14 +49,14 @@ def test_a_directory_held_by_a_live_process_is_refused_naming_it(tmp_path, live_
 
 
 def test_a_lock_on_another_host_is_respected_while_fresh_and_taken_over_when_stale(tmp_path, caplog):
-    write_lock(tmp_path, "elsewhere", 1, age_s=run_lock.STALE_AFTER_S / 2)
+    write_lock(tmp_path, "elsewhere", 1, age_s=mpp.run.STALE_AFTER_S / 2)
     with pytest.raises(RunDirectoryInUse, match="host elsewhere"):
         RunLock(tmp_path).acquire()
-    write_lock(tmp_path, "elsewhere", 1, age_s=run_lock.STALE_AFTER_S * 2)
+    write_lock(tmp_path, "elsewhere", 1, age_s=mpp.run.STALE_AFTER_S * 2)
     lock = RunLock(tmp_path)
     lock.acquire()
     assert "took over the lock" in caplog.text and "process 1 on host elsewhere" in caplog.text
-    assert run_lock.read_holder(tmp_path / LOCK_FILE) == lock.holder
+    assert mpp.run.read_holder(tmp_path / LOCK_FILE) == lock.holder
     lock.release()
     assert not (tmp_path / LOCK_FILE).exists()
 
@@ -76,7 +75,7 @@ def test_a_lock_whose_holder_is_gone_is_taken_over(tmp_path, caplog, left):
 
 
 def test_the_holder_refreshes_its_lock_while_it_runs(tmp_path, monkeypatch):
-    monkeypatch.setattr(run_lock, "REFRESH_S", 0.05)
+    monkeypatch.setattr(mpp.run, "REFRESH_S", 0.05)
     lock = RunLock(tmp_path)
     lock.acquire()
     path = tmp_path / LOCK_FILE

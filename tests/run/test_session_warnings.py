@@ -8,12 +8,12 @@ import pytest
 
 from mpp.config.building import preset_path
 from mpp.config.training import TrainConfig
-from mpp.run.session import warn_of_gpu_settings_on_a_cpu
+from mpp.run import warn_of_gpu_settings_on_a_cpu
 
 
 @pytest.mark.parametrize("prefix", ["mpp", "supervised", "finetune", "linear-probe", "knn", "few-shot", "inspect"])
 def test_bf16_or_compile_on_a_cpu_is_warned_of_in_one_line_naming_the_cpu_preset_of_that_run(caplog, prefix):
-    with caplog.at_level(logging.WARNING, logger="mpp.run.session"):
+    with caplog.at_level(logging.WARNING, logger="mpp.run"):
         warn_of_gpu_settings_on_a_cpu(TrainConfig(mixed_precision="bf16", compile=True), "cpu", prefix)
         warn_of_gpu_settings_on_a_cpu(TrainConfig(mixed_precision="bf16", compile=True), "cuda", prefix)  # they pay
         warn_of_gpu_settings_on_a_cpu(TrainConfig(), "cpu", prefix)  # fp32, eager: a CPU's own settings

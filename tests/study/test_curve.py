@@ -12,16 +12,22 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
-from mpp.config.runs import FinetuneRunConfig
 from mpp.config.building import build_config
+from mpp.config.runs import FinetuneRunConfig
 from mpp.errors import ConfigError
+from mpp.experiments.checks import run_config
 from mpp.experiments.runner import claim_experiment
 from mpp.models.encoder import create_encoder
-from mpp.run.directory import write_metrics
+from mpp.run import write_metrics
 from mpp.training.checkpoint import checkpoint_path
-from mpp.experiments.checks import run_config
-from study.curve import (encoder_similarities, finished_run, last_fifths_training_accuracy, plan_runs,
-                         pretraining_steps_per_epoch, swept_grid)
+from study.curve import (
+    encoder_similarities,
+    finished_run,
+    last_fifths_training_accuracy,
+    plan_runs,
+    pretraining_steps_per_epoch,
+    swept_grid,
+)
 from study.curve_config import LONGER, PretrainingCurveConfig
 from study.curve_tables import curve_table, finetuned_table
 from tests.launching import ROOT, run_module_here

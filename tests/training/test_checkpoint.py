@@ -10,15 +10,15 @@ import timm
 import torch
 import yaml
 from accelerate import Accelerator
+from devices import USE_CPU
 
 import mpp.training.checkpoint as checkpoint_module
-from devices import USE_CPU
-from mpp.config.runs import FinetuneRunConfig, MPPRunConfig
 from mpp.config.building import build_config
+from mpp.config.runs import FinetuneRunConfig, MPPRunConfig
 from mpp.errors import ConfigError
 from mpp.models.encoder import create_encoder
 from mpp.models.pretrained import export_encoder
-from mpp.run.directory import RunDirectoryError, claim_output_dir
+from mpp.run import RunDirectoryError, claim_output_dir
 from mpp.training.checkpoint import (
     CheckpointError,
     check_resume_compatible,

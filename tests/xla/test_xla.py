@@ -37,7 +37,7 @@ from mpp.models.classifier import ImageClassifier  # noqa: E402
 from mpp.models.encoder import create_encoder  # noqa: E402
 from mpp.models.masked_patch_prediction import MaskedPatchPredictor  # noqa: E402
 from mpp.models.mixing import batch_mixing  # noqa: E402
-from mpp.run.session import Session  # noqa: E402
+from mpp.run import Session  # noqa: E402
 from mpp.training.optimizer import NonFiniteGuard, create_optimizer  # noqa: E402
 from mpp.training.trainer import Trainer  # noqa: E402
 from tests.launching import ROOT, TINY, launch  # noqa: E402
