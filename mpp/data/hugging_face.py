@@ -16,9 +16,8 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from mpp.config.data import DataConfig, parse_source
-from mpp.data.image_dataset import Split, too_many_failures
+from mpp.data.image_dataset import ImageView, Split, match_channels, too_many_failures
 from mpp.data.image_source import UNDECODABLE_KINDS, FileSource, UndecodableImage, read_file
-from mpp.data.transforms import ImageView, match_channels
 from mpp.errors import DataError
 from mpp.images import KeyedDraws, keys_of
 

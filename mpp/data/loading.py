@@ -17,12 +17,11 @@ from torch.utils.data import DataLoader, Dataset
 from mpp.config.data import DataConfig
 from mpp.data.augmentation import ImageAugmentation
 from mpp.data.hugging_face import StreamingImageDataset, build_stream
-from mpp.data.image_dataset import ImageDataset, SkipsUndecodableImages, Split, keep_batch
+from mpp.data.image_dataset import ImageDataset, SkipsUndecodableImages, Split, image_view, keep_batch
 from mpp.data.image_folder import ImageFolderSource
 from mpp.data.image_source import FileSource, skip_summary
 from mpp.data.sources import open_source
 from mpp.data.subsets import holdout_split, shots_per_class
-from mpp.data.transforms import image_view
 from mpp.errors import DataError
 from mpp.private_apis import forget_prepared_loader
 

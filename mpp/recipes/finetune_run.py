@@ -13,8 +13,8 @@ from timm.models.vision_transformer import VisionTransformer
 
 from mpp.config.runs import FinetuneRunConfig
 from mpp.data.augmentation import image_augmentation
+from mpp.data.image_dataset import image_view
 from mpp.data.loading import build_dataset, check_classes_to_learn, warn_if_tested_on_training_images
-from mpp.data.transforms import image_view
 from mpp.metrics import floors_said
 from mpp.models.classifier import ImageClassifier
 from mpp.models.encoder import count_parameters

@@ -11,10 +11,9 @@ import torch
 from PIL import Image
 
 from mpp.config.data import DataConfig
-from mpp.data.image_dataset import ImageDataset
+from mpp.data.image_dataset import ImageDataset, ImageView
 from mpp.data.image_folder import ImageFolderSource
 from mpp.data.loading import build_dataset
-from mpp.data.transforms import ImageView
 from mpp.errors import DataError
 
 

@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mpp.data.image_dataset import ImageDataset
+from mpp.data.image_dataset import ImageDataset, ImageView
 from mpp.data.image_folder import ImageFolderSource
 from mpp.data.image_source import UndecodableImage, decode, open_image, read_file, skip_summary
-from mpp.data.transforms import ImageView
 
 
 def png(height: int, width: int) -> bytes:
@@ -78,8 +77,8 @@ def test_evaluation_logs_and_records_its_skips_from_the_cache_too(tmp_path, capl
     from types import SimpleNamespace
 
     from accelerate import Accelerator
-
     from devices import USE_CPU
+
     from mpp.config.data import DataConfig
     from mpp.config.runs import EvaluationRunConfig
     from mpp.evaluation.frozen_encoder import EvaluationRun

@@ -10,12 +10,8 @@ import torch
 from PIL import Image
 
 from mpp.config.data import DataConfig
-from mpp.data.image_dataset import ImageDataset
-from mpp.data.image_source import decode, decode_for_crop, open_image, pixels_for_crop
-from mpp.data.loading import build_dataset
-from mpp.data.sources import DataError
-from mpp.data.subsets import holdout_split, shots_per_class
-from mpp.data.transforms import (
+from mpp.data.image_dataset import (
+    ImageDataset,
     ImageView,
     image_sizes,
     match_channels,
@@ -23,6 +19,10 @@ from mpp.data.transforms import (
     resized_crop_of_pixels,
     resized_crops,
 )
+from mpp.data.image_source import decode, decode_for_crop, open_image, pixels_for_crop
+from mpp.data.loading import build_dataset
+from mpp.data.sources import DataError
+from mpp.data.subsets import holdout_split, shots_per_class
 from mpp.images import KeyedDraws, keys_of
 
 

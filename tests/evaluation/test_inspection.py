@@ -8,9 +8,8 @@ import torch
 from einops import rearrange
 
 from mpp.config.model import MPPConfig
-from mpp.data.image_dataset import ImageDataset
+from mpp.data.image_dataset import ImageDataset, ImageView
 from mpp.data.shapes import ShapesSource
-from mpp.data.transforms import ImageView
 from mpp.evaluation.frozen_encoder import feature_fingerprint
 from mpp.evaluation.inspection import (
     attention_weights,
@@ -20,9 +19,18 @@ from mpp.evaluation.inspection import (
 )
 from mpp.evaluation.mpp_mosaic import mpp_mosaic
 from mpp.evaluation.pictures import enlarged
-from mpp.models.masked_patch_prediction import (MASK, RANDOM, UNCHANGED, Corruption, MaskedPatchPredictor,
-                                                class_colours, colour_targets, quantise_colours)
-from mpp.models.encoder import ImageEncoder as FeatureExtractor, InputNormalisation, create_encoder
+from mpp.models.encoder import ImageEncoder as FeatureExtractor
+from mpp.models.encoder import InputNormalisation, create_encoder
+from mpp.models.masked_patch_prediction import (
+    MASK,
+    RANDOM,
+    UNCHANGED,
+    Corruption,
+    MaskedPatchPredictor,
+    class_colours,
+    colour_targets,
+    quantise_colours,
+)
 from mpp.private_apis import add_position_embeddings
 
 
