@@ -32,8 +32,7 @@ from timm.models.vision_transformer import VisionTransformer
 from mpp.command_line import run_recipe
 from mpp.config.building import build_config
 from mpp.config.runs import FewShotRunConfig, FinetuneRunConfig, MPPRunConfig
-from mpp.data.loading import build_dataset, sample_images
-from mpp.data.training_batches import check_batch_fits, steps_per_epoch
+from mpp.data.loading import build_dataset, check_batch_fits, sample_images, steps_per_epoch
 from mpp.errors import ConfigError
 from mpp.experiments.publishing import copy_to_publish_dir, publish_table
 from mpp.experiments.runner import Run, at_first_seeds_rate, recipe_command, run_experiment
@@ -57,7 +56,7 @@ SIMILARITY_SEED = 0
 
 
 def pretraining_steps_per_epoch(cfg: PretrainingCurveConfig) -> int:
-    """Optimizer steps in one epoch of the pre-training images (``mpp.data.training_batches.steps_per_epoch``)."""
+    """Optimizer steps in one epoch of the pre-training images (``mpp.data.loading.steps_per_epoch``)."""
     run = build_config(MPPRunConfig, cfg.mpp_preset, (*cfg.data, *cfg.encoder, *cfg.mpp))
     image_size = encoder_structure(run.model).patch_embed.img_size[0]
     images = build_dataset(run.data, "train", image_size, run.model.in_chans, augment=False)

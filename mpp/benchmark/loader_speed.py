@@ -53,10 +53,9 @@ from mpp.config.runs import MPPRunConfig
 from mpp.data.fashion_mnist import DEFAULT_DIR as FASHION_MNIST_DIR
 from mpp.data.image_dataset import ImageDataset, ImageView, image_sizes, mirrored, resized_crop_of_pixels
 from mpp.data.image_source import decode, decoded_jpeg, open_image
-from mpp.data.loading import build_dataset, build_loader
+from mpp.data.loading import build_dataset, build_loader, check_batch_fits
 from mpp.data.prepare import Settings, prepare
 from mpp.data.shapes import ShapesSource
-from mpp.data.training_batches import check_batch_fits
 from mpp.images import KeyedDraws, keys_of
 from mpp.models.encoder import encoder_structure
 

@@ -15,7 +15,7 @@ class SourceKind(NamedTuple):
     usage: str
 
 
-# data.source=<kind>[:<location>]. Each kind has one reader, in mpp/data/sources.py.
+# data.source=<kind>[:<location>]. Each kind has one reader, in mpp/data/loading.py.
 SOURCE_KINDS = {
     "shapes": SourceKind("none", "shapes, the embedded procedurally drawn data (no argument)"),
     "fashion-mnist": SourceKind("optional", "fashion-mnist[:<dir>], the IDX files (default: the Debian package's "

@@ -235,7 +235,7 @@ Split = Literal["train", "holdout", "test"]  # "holdout": data.holdout_fraction 
 
 def epochs_and_positions(positions: Sequence[Union[int, EpochPosition]]) -> tuple[torch.Tensor, list[int]]:
     """(b) epochs and the b positions of a batch's positions: ``(epoch, position)`` pairs, as a training run samples
-    them (``mpp.data.training_batches``), or plain positions, read as epoch 0 (evaluation, sampling)."""
+    them (``mpp.data.loading``), or plain positions, read as epoch 0 (evaluation, sampling)."""
     if positions and isinstance(positions[0], tuple):
         epochs, plain = zip(*positions, strict=True)
         return torch.tensor(epochs, dtype=torch.long), list(plain)

@@ -42,7 +42,7 @@ from mpp.data.image_source import (
     resized_to_short_side,
     skip_summary,
 )
-from mpp.data.sources import open_source
+from mpp.data.loading import open_source
 from mpp.errors import DataError, RunError
 from mpp.run import write_whole
 

@@ -20,7 +20,7 @@ from accelerate import Accelerator
 from mpp.config.evaluation import FewShotConfig
 from mpp.config.training import MonitorConfig, MPPMonitorConfig
 from mpp.data.image_dataset import ImageDataset
-from mpp.data.subsets import disjoint_per_class, shots_per_class
+from mpp.data.loading import disjoint_per_class, shots_per_class
 from mpp.evaluation.frozen_feature_classifiers import accuracy, fitting_device, ridge_predictions, ridge_regressions
 from mpp.evaluation.statistics import describe_difference, paired_difference
 from mpp.metrics import scores_of

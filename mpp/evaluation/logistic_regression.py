@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mpp.config.evaluation import LinearProbeConfig
-from mpp.data.subsets import holdout_split
+from mpp.data.loading import holdout_split
 from mpp.evaluation.frozen_feature_classifiers import accuracy, fitting_device
 from mpp.metrics import scores_of
 

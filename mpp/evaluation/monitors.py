@@ -16,8 +16,7 @@ from accelerate import Accelerator
 from mpp.config.data import DataConfig
 from mpp.config.training import MonitorConfig, MPPMonitorConfig
 from mpp.data.image_dataset import ImageDataset
-from mpp.data.loading import build_dataset, sample_images
-from mpp.data.subsets import class_label
+from mpp.data.loading import build_dataset, class_label, sample_images
 from mpp.errors import ConfigError
 from mpp.evaluation.few_shot_regression import FewShotMonitor
 from mpp.evaluation.mpp_mosaic import MPPMosaic

@@ -15,12 +15,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from mpp.config.building import build_config
 from mpp.commands import COMMANDS
+from mpp.config.building import build_config
 from mpp.config.runs import FinetuneRunConfig, MPPRunConfig
 from mpp.data.image_dataset import ImageDataset
-from mpp.data.loading import build_dataset, check_classes_to_learn
-from mpp.data.subsets import class_label
+from mpp.data.loading import build_dataset, check_classes_to_learn, class_label
 from mpp.errors import ConfigError, DataError
 from mpp.experiments.runner import Run
 

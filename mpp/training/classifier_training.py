@@ -15,9 +15,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from mpp.config.runs import FinetuneRunConfig
 from mpp.data.image_dataset import ImageDataset, ImageView
-from mpp.data.loading import build_loader, prepare_loader
-from mpp.data.subsets import holdout_split
-from mpp.data.training_batches import check_batch_fits
+from mpp.data.loading import build_loader, check_batch_fits, holdout_split, prepare_loader
 from mpp.errors import ConfigError, DataError
 from mpp.metrics import scores_of
 from mpp.models.classifier import ImageClassifier

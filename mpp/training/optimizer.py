@@ -40,7 +40,7 @@ import torch
 from timm.optim import create_optimizer_v2, param_groups_layer_decay, param_groups_weight_decay
 
 from mpp.config.training import TrainConfig
-from mpp.data.training_batches import steps_per_epoch
+from mpp.data.loading import steps_per_epoch
 from mpp.errors import ConfigError, RunError
 from mpp.models.classifier import ImageClassifier
 from mpp.private_apis import capturable_optimizer_devices, fused_optimizer_devices, tell_fused_optimizer_whether_to_skip

@@ -2,7 +2,7 @@
 loop it trains in:
 
     batch plan -> optimizer -> the checkpoint to resume -> accelerate's prepare -> resume -> the run's batches from
-    its step on (``mpp.data.training_batches``) -> the loop: accumulation, clipping, schedule, logging, checkpoints
+    its step on (``mpp.data.loading``) -> the loop: accumulation, clipping, schedule, logging, checkpoints
 
 A ``Trainer`` is made before the run directory is claimed, so that data smaller than a batch, a batch that does not
 split over the processes or a checkpoint that does not fit the config stops the run before anything is written;
@@ -34,7 +34,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from mpp.config.model import ModelConfig
 from mpp.config.runs import TrainingRunConfig
 from mpp.config.training import TrainConfig
-from mpp.data.training_batches import TrainingBatches, check_batch_fits, plan_batches, training_batches
+from mpp.data.loading import TrainingBatches, check_batch_fits, plan_batches, training_batches
 from mpp.models.pretrained import encoder_from_model_state
 from mpp.run import Session
 from mpp.training.checkpoint import (

@@ -17,8 +17,7 @@ from PIL import Image
 
 from mpp.config.data import DataConfig
 from mpp.data.image_source import decode, open_image
-from mpp.data.loading import build_dataset, build_loader
-from mpp.data.sources import DataError, open_source
+from mpp.data.loading import DataError, build_dataset, build_loader, open_source
 from tests.launching import NO_MPP_MONITORS, TINY, run_here
 
 rng = np.random.default_rng(0)
@@ -139,7 +138,7 @@ def test_the_recipe_trains_on_a_stream_and_resumes_it(tmp_path):
 
 @pytest.mark.slow
 def test_an_unreachable_hub_says_how_to_bring_the_data(tmp_path):
-    script = ("from mpp.config.data import DataConfig; from mpp.data.sources import open_source; "
+    script = ("from mpp.config.data import DataConfig; from mpp.data.loading import open_source; "
               "open_source(DataConfig(source='hf:someone/not-here'), 'train', 16)")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path)}  # offline: no retries against no network
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)

@@ -10,8 +10,8 @@ import pytest
 
 from mpp.config.data import DataConfig
 from mpp.data.image_source import decode, open_image
+from mpp.data.loading import open_source
 from mpp.data.prepare import RECORD, Settings, prepare
-from mpp.data.sources import open_source
 from mpp.errors import DataError
 from tests.data.test_data_views import photo_like_jpeg
 

@@ -16,8 +16,7 @@ from PIL import Image
 from mpp.config.data import DataConfig
 from mpp.data.image_folder import ImageFolderSource
 from mpp.data.image_source import UndecodableImage, decode, open_image
-from mpp.data.loading import build_dataset
-from mpp.data.sources import DataError, open_source
+from mpp.data.loading import DataError, build_dataset, open_source
 
 rng = np.random.default_rng(0)
 
@@ -143,7 +142,7 @@ def test_decode_converts_grey_and_composites_transparency_on_white_and_rejects_b
 
 def test_every_source_kind_the_config_accepts_has_a_reader():
     from mpp.config.data import SOURCE_KINDS
-    from mpp.data.sources import READERS
+    from mpp.data.loading import READERS
 
     assert READERS.keys() == SOURCE_KINDS.keys()
 

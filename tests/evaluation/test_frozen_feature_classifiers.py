@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from mpp.config.evaluation import FewShotConfig, LinearProbeConfig
-from mpp.data.subsets import disjoint_per_class
+from mpp.data.loading import disjoint_per_class
+from mpp.evaluation import logistic_regression
 from mpp.evaluation.few_shot_regression import few_shot_evaluation, ridge_scores
 from mpp.evaluation.frozen_feature_classifiers import accuracy, knn_predictions, ridge_predictions, ridge_regressions
-from mpp.evaluation import logistic_regression
 from mpp.evaluation.logistic_regression import linear_probe_evaluation
 
 

@@ -11,8 +11,7 @@ from accelerate.utils import DataLoaderConfiguration
 
 from mpp.config.data import DataConfig
 from mpp.config.training import TrainConfig
-from mpp.data.loading import build_dataset
-from mpp.data.training_batches import BatchPlan, training_batches
+from mpp.data.loading import BatchPlan, build_dataset, training_batches
 from mpp.training.optimizer import resolved_schedule
 
 EPOCHS, MICRO_BATCH = 2, 4

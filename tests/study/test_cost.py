@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from mpp.config.building import build_config
-from mpp.data.training_batches import steps_per_epoch
+from mpp.data.loading import steps_per_epoch
 from mpp.errors import ConfigError
 from mpp.evaluation.statistics import paired_t_power, seeds_for_power
 from study.cost import (
@@ -25,11 +25,19 @@ from study.cost import (
     plan_cost,
     pretraining_config,
 )
-from study.primary_family import (CLAIMS, FAMILY_LEVEL, PRETRAINING_EPOCHS, PROTOCOLS, family_size,
-                                            paired_sd, power_plan, seeds_per_protocol)
+from study.primary_family import (
+    CLAIMS,
+    FAMILY_LEVEL,
+    PRETRAINING_EPOCHS,
+    PROTOCOLS,
+    family_size,
+    paired_sd,
+    power_plan,
+    seeds_per_protocol,
+)
 from study.reproduction_config import ReproductionConfig
-from tests.study.test_reproduction import TINY_PRESETS
 from tests.launching import ROOT
+from tests.study.test_reproduction import TINY_PRESETS
 
 CONFIGS = ROOT / "recipes" / "configs"
 STUDY_CONFIGS = ROOT / "study" / "configs"  # the reproductions' presets

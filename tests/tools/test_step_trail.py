@@ -23,7 +23,7 @@ def test_one_step_runs_through_at_most_15_files_from_the_command_line_down(trail
     # The stack above the loop comes first, bottom up; the loop's own calls reach the model and the loader.
     assert files[:3] == ["mpp/command_line.py", "mpp/recipes/mpp_run.py", "mpp/training/trainer.py"]
     assert "train_steps" in trail["mpp/training/trainer.py"]
-    assert "__next__" in trail["mpp/data/training_batches.py"]
+    assert "__next__" in trail["mpp/data/loading.py"]
     assert {"corrupt_patch_embeddings", "colour_targets", "loss"} <= set(trail["mpp/models/masked_patch_prediction.py"])
     assert not any(name.startswith("mpp/config/") for name in files)  # the config is read before the run, not in it
 

@@ -13,7 +13,7 @@ def train_on_own_batches():
     read from step 0) with the caller's optimizer; returns (the trainer, with its prepared model and optimizer, and
     the run's metrics)."""
     from mpp.config.runs import MPPRunConfig
-    from mpp.data.training_batches import TrainingBatches
+    from mpp.data.loading import TrainingBatches
     from mpp.training.trainer import Trainer
 
     def train(accelerator, model, optimizer, loader, cfg, run_dir):

@@ -13,7 +13,7 @@ from devices import USE_CPU
 from torch.utils.data import DataLoader
 
 from mpp.config.training import TrainConfig
-from mpp.data.training_batches import BatchPlan, EndlessEpochBatches, plan_batches
+from mpp.data.loading import BatchPlan, EndlessEpochBatches, plan_batches
 from mpp.errors import ConfigError
 from mpp.training.trainer import TrainingClock
 
@@ -43,8 +43,7 @@ def test_a_runs_endless_loader_gives_the_batches_of_a_loader_prepared_each_epoch
     """The same images, views and keys as accelerate's seedable shuffled loader read epoch by epoch with the views
     of each epoch (how a run read its data before its loader became endless), on each of the processes."""
     from mpp.config.data import DataConfig
-    from mpp.data.loading import build_dataset
-    from mpp.data.training_batches import build_training_loader
+    from mpp.data.loading import build_dataset, build_training_loader
     from mpp.images import KeyedDraws, keys_of
 
     dataset = build_dataset(DataConfig(), "train", 8, channels=3, augment=True, seed=5)
@@ -206,8 +205,7 @@ def test_a_loop_that_waits_little_for_data_says_nothing(train_on_own_batches, tm
 def test_the_loading_advice_counts_the_workers_the_run_loads_in():
     # The count is read before accelerate's prepare wraps the loader (an XLA device loader has no num_workers).
     from mpp.config.data import DataConfig
-    from mpp.data.loading import build_dataset
-    from mpp.data.training_batches import training_batches
+    from mpp.data.loading import build_dataset, training_batches
 
     accelerator = Accelerator(cpu=USE_CPU)
     dataset = build_dataset(DataConfig(), "train", 16, channels=3, augment=False)
