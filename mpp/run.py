@@ -186,7 +186,7 @@ EXPORT_DIR = "export"  # the encoder in timm's hub format
 PICTURES_DIR = "pictures"
 FEATURES_DIR = "features"  # an evaluation's feature cache, unless eval.feature_cache names another
 SWEEP_DIR = "sweep"  # a fine-tuning sweep's runs, lr_<lr>/
-# LOCK_FILE (mpp/run/lock.py): run.lock, held by the run writing here
+# LOCK_FILE (above): run.lock, held by the run writing here
 PARTIAL_SUFFIX = ".partial"  # what is being written: renamed when whole, so a file or folder is complete or absent
 
 

@@ -277,7 +277,7 @@ def test_a_run_stopped_by_a_signal_says_how_to_continue_in_this_apis_words(monke
     def stopped_by_ctrl_c(cfg):
         raise Preempted(signal.SIGINT, 7, checkpoint)
 
-    monkeypatch.setattr(importlib.import_module("mpp.recipes.mpp_run"), "pretrain_mpp", stopped_by_ctrl_c)
+    monkeypatch.setattr(importlib.import_module("mpp.recipes.pretraining"), "pretrain_mpp", stopped_by_ctrl_c)
     with pytest.raises(Preempted) as stop:
         mpp.pretrain(output_dir=tmp_path)
     assert str(stop.value) == (f"stopped by Ctrl-C (SIGINT) after step 7; checkpoint {checkpoint} saved: continue with "

@@ -21,7 +21,7 @@ def test_one_step_runs_through_at_most_15_files_from_the_command_line_down(trail
     files = list(trail)
     assert len(files) <= 15, files
     # The stack above the loop comes first, bottom up; the loop's own calls reach the model and the loader.
-    assert files[:3] == ["mpp/command_line.py", "mpp/recipes/mpp_run.py", "mpp/training/trainer.py"]
+    assert files[:3] == ["mpp/command_line.py", "mpp/recipes/pretraining.py", "mpp/training/trainer.py"]
     assert "train_steps" in trail["mpp/training/trainer.py"]
     assert "__next__" in trail["mpp/data/loading.py"]
     assert {"corrupt_patch_embeddings", "colour_targets", "loss"} <= set(trail["mpp/models/masked_patch_prediction.py"])
