@@ -70,3 +70,11 @@ def test_every_name_a_file_gives_exists(path):
     missing = [f"line {number}: {name}" for number, name in names_in(path)
                if not (ROOT / name).exists() and not (ROOT / (name + ".py")).exists()]
     assert not missing, f"{path.relative_to(ROOT)} names files that do not exist:\n" + "\n".join(missing)
+
+
+@pytest.mark.parametrize("package", sorted((ROOT / "mpp").glob("*/__init__.py")), ids=lambda path: path.parent.name)
+def test_every_module_a_package_docstring_names_is_in_that_package(package):
+    # A sub-package's docstring names its modules bare (``loading.py``), as a folder's guide does.
+    named = re.findall(r"``(\w+\.py)``", package.read_text())
+    missing = [name for name in named if not (package.parent / name).is_file()]
+    assert not missing, f"{package.relative_to(ROOT)} names modules it does not hold: {missing}"

@@ -1,14 +1,17 @@
-"""The files of ``mpp/`` one MPP training step runs through, from the command line down, traced rather than written
-by hand: the trail docs/layout.md shows.
+"""The files of ``mpp/`` one MPP training step runs through, from the command line to ``optimizer.step()``, traced
+rather than written by hand: the trail docs/layout.md shows.
 
     python -m tools.step_trail [--write docs/layout.md]
 
-A tiny run (``python -m mpp pretrain --config mpp_tiny_cpu``, shapes data, three steps) is traced with
-``sys.setprofile`` from the return of its first ``optimizer.step()`` to the call of its second: one whole turn of the
-loop (the learning rate, the next batch, the forward and backward passes, the checks, ``optimizer.step()``) with every
-frame above it on the stack (the command line, the recipe, the trainer). Each file of ``mpp/`` met there is listed
-once, in the order first met, with the functions of it that ran. With ``--write``, the trail replaces the block
-between the page's ``STEP_TRAIL`` markers.
+A tiny run (``python -m mpp pretrain --config mpp_tiny_cpu``, shapes data, monitors off) is traced with
+``sys.setprofile`` from the command line's ``main`` to its first ``optimizer.step()``: the config, the set-up (the
+session, the model, the data, the trainer) and the first step (the learning rate, the first batch, the forward and
+backward passes, the checks). Imports are left out: nothing that runs while a module is being imported counts (module
+and class bodies, and what they call). Each file of ``mpp/`` met is listed once, in the order first met, with the
+functions of it that ran. A trace of what runs, not of what the source could call: the table of commands names each
+run function by its import path, which no static reading follows.
+
+With ``--write``, the trail replaces the block between the page's ``STEP_TRAIL`` markers.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from mpp.command_line import main as mpp_main
 
 PACKAGE = Path(importlib.util.find_spec("mpp").submodule_search_locations[0]).resolve()
 OPTIMIZER_CODE = Path(torch.optim.__file__).resolve().parent
+CONFIG = "mpp/config/"  # the config sections and their building: counted apart
 BEGIN, END = "<!-- STEP_TRAIL: written by python -m tools.step_trail --write docs/layout.md -->", "<!-- /STEP_TRAIL -->"
 TINY_RUN = ["pretrain", "--config", "mpp_tiny_cpu", "train.steps=3", "train.log_every=100",
             "train.checkpoint_every=100", "monitor.few_shot_every=0", "monitor.mosaic_every=0",
@@ -34,34 +38,29 @@ TINY_RUN = ["pretrain", "--config", "mpp_tiny_cpu", "train.steps=3", "train.log_
 
 
 def step_trail() -> dict[str, list[str]]:
-    """{file of mpp/, relative to the repository: the functions of it that ran}, in the order first met, over one
-    turn of a tiny run's loop and the frames above it."""
+    """{file of mpp/, relative to the repository: the functions of it that ran}, in the order first met, from a tiny
+    run's command line to its first ``optimizer.step()``, imports left out."""
     trail: dict[str, list[str]] = {}
-    steps = 0
-
-    def note(frame: FrameType) -> None:
-        path = Path(frame.f_code.co_filename)
-        if path.is_relative_to(PACKAGE) and not frame.f_code.co_name.startswith("<"):
-            names = trail.setdefault(f"mpp/{path.relative_to(PACKAGE)}", [])
-            if frame.f_code.co_name not in names:
-                names.append(frame.f_code.co_name)
+    importing = 0  # module bodies on the stack: what runs under one is an import
+    stepped = False
 
     def profile(frame: FrameType, event: str, arg: Any) -> None:
-        nonlocal steps
-        if event != "call" or steps > 1:
-            return
+        nonlocal importing, stepped
         code = frame.f_code
-        if code.co_name == "step" and Path(code.co_filename).is_relative_to(OPTIMIZER_CODE):
-            steps += 1
-            if steps == 1:  # the frames above the loop, bottom up
-                stack = []
-                while frame is not None:
-                    stack.append(frame)
-                    frame = frame.f_back
-                for above in reversed(stack):
-                    note(above)
-        elif steps == 1:
-            note(frame)
+        if stepped or event not in ("call", "return"):
+            return
+        if code.co_name == "<module>":
+            importing += 1 if event == "call" else -1
+            return
+        if event != "call" or importing:
+            return
+        path = Path(code.co_filename)
+        if code.co_name == "step" and path.is_relative_to(OPTIMIZER_CODE):
+            stepped = True
+        elif path.is_relative_to(PACKAGE):
+            names = trail.setdefault(f"mpp/{path.relative_to(PACKAGE)}", [])
+            if code.co_name not in names:
+                names.append(code.co_name)
 
     with tempfile.TemporaryDirectory() as run_dir:
         sys.setprofile(profile)
@@ -72,10 +71,16 @@ def step_trail() -> dict[str, list[str]]:
     return trail
 
 
+def outside_config(trail: dict[str, list[str]]) -> list[str]:
+    """The trail's files outside mpp/config/ (the count the package holds to 15)."""
+    return [path for path in trail if not path.startswith(CONFIG)]
+
+
 def trail_markdown(trail: dict[str, list[str]]) -> str:
-    """The trail as the page's numbered list."""
-    return "\n".join(f"{number}. `{path}`: " + ", ".join(f"`{name}`" for name in names)
-                     for number, (path, names) in enumerate(trail.items(), start=1))
+    """The trail as the page's numbered list: each file with its named functions (comprehensions and lambdas, which
+    count towards their file, are not listed)."""
+    return "\n".join(f"{number}. `{path}`: " + ", ".join(f"`{name}`" for name in names if not name.startswith("<"))
+                      for number, (path, names) in enumerate(trail.items(), start=1))
 
 
 def page_with_trail(page: str, trail: dict[str, list[str]]) -> str:
@@ -93,7 +98,7 @@ def main() -> None:
     trail = step_trail()
     if args.write:
         args.write.write_text(page_with_trail(args.write.read_text(), trail))
-    print(f"{len(trail)} files\n{trail_markdown(trail)}")
+    print(f"{len(outside_config(trail))} files outside {CONFIG}, {len(trail)} in all\n{trail_markdown(trail)}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""The trail of one MPP training step (tools/step_trail.py): traced, at most 15 files of mpp/, one way down from the
-command line to the model, and the very list docs/layout.md shows."""
+"""The trail of one MPP training step (tools/step_trail.py): traced from the command line to the first
+``optimizer.step()``, set-up included and imports left out, at most 15 files of mpp/ outside its config sections, and
+the very list docs/layout.md shows."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.step_trail import BEGIN, END, page_with_trail, step_trail, trail_markdown
+from tools.step_trail import BEGIN, END, outside_config, page_with_trail, step_trail, trail_markdown
 
 LAYOUT = Path(__file__).parents[2] / "docs" / "layout.md"
 
@@ -18,14 +19,24 @@ def trail() -> dict[str, list[str]]:
 
 
 def test_one_step_runs_through_at_most_15_files_from_the_command_line_down(trail):
-    files = list(trail)
+    files = outside_config(trail)
     assert len(files) <= 15, files
-    # The stack above the loop comes first, bottom up; the loop's own calls reach the model and the loader.
-    assert files[:3] == ["mpp/command_line.py", "mpp/recipes/pretraining.py", "mpp/training/trainer.py"]
-    assert "train_steps" in trail["mpp/training/trainer.py"]
-    assert "__next__" in trail["mpp/data/loading.py"]
+    # From the command line, through the table of commands and the recipe, to the trainer, whose loop reaches the
+    # model and the loader; the set-up before the step counts as much as the step.
+    assert files[:2] == ["mpp/command_line.py", "mpp/commands.py"]
+    order = {path: index for index, path in enumerate(files)}
+    assert order["mpp/recipes/pretraining.py"] < order["mpp/run.py"] < order["mpp/training/trainer.py"]
+    assert {"parse_command_line", "build_config"} <= set(trail["mpp/config/building.py"])
+    assert {"pretrain_mpp", "pre_training_monitors"} <= set(trail["mpp/recipes/pretraining.py"])
+    assert {"fit", "train_steps"} <= set(trail["mpp/training/trainer.py"])
+    assert {"build_dataset", "plan_batches", "training_batches", "__next__"} <= set(trail["mpp/data/loading.py"])
     assert {"corrupt_patch_embeddings", "colour_targets", "loss"} <= set(trail["mpp/models/masked_patch_prediction.py"])
-    assert not any(name.startswith("mpp/config/") for name in files)  # the config is read before the run, not in it
+    assert {"learning_rate", "only_if_finite"} <= set(trail["mpp/training/optimizer.py"])
+
+
+def test_imports_are_left_out_of_the_trail(trail):
+    # Class bodies and module-level code run at import: none of the modules imported only for their names is met.
+    assert "mpp/recipes/run_result.py" not in trail and "mpp/data/cifar.py" not in trail
 
 
 def test_the_layout_page_shows_the_trail_as_traced(trail):
