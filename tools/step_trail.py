@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -28,6 +30,7 @@ import torch.optim
 
 from mpp.command_line import main as mpp_main
 
+ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = Path(importlib.util.find_spec("mpp").submodule_search_locations[0]).resolve()
 OPTIMIZER_CODE = Path(torch.optim.__file__).resolve().parent
 CONFIG = "mpp/config/"  # the config sections and their building: counted apart
@@ -38,6 +41,14 @@ TINY_RUN = ["pretrain", "--config", "mpp_tiny_cpu", "train.steps=3", "train.log_
 
 
 def step_trail() -> dict[str, list[str]]:
+    """The trail, traced in a fresh interpreter: one that has built configs or loaded modules before would skip what
+    its caches hold (``functools.cache``) or what it has imported already."""
+    traced = subprocess.run([sys.executable, "-m", "tools.step_trail", "--json"], cwd=ROOT, capture_output=True,
+                            text=True, check=True)
+    return json.loads(traced.stdout.strip().splitlines()[-1])
+
+
+def trail_in_this_process() -> dict[str, list[str]]:
     """{file of mpp/, relative to the repository: the functions of it that ran}, in the order first met, from a tiny
     run's command line to its first ``optimizer.step()``, imports left out."""
     trail: dict[str, list[str]] = {}
@@ -94,7 +105,11 @@ def page_with_trail(page: str, trail: dict[str, list[str]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--write", type=Path, help="the page whose STEP_TRAIL block the trail replaces")
+    parser.add_argument("--json", action="store_true", help="trace in this process; print the trail as JSON")
     args = parser.parse_args()
+    if args.json:
+        print(json.dumps(trail_in_this_process()))
+        return
     trail = step_trail()
     if args.write:
         args.write.write_text(page_with_trail(args.write.read_text(), trail))
