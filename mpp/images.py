@@ -29,6 +29,7 @@ __all__ = [
     "keys_of", "unit_interval",
 ]
 
+# Keyed random draws.
 LOW32 = 0xFFFFFFFF
 Key = Union[int, torch.Tensor]  # a Python int, or an int64 tensor of them (any values, negative ones included)
 
@@ -77,6 +78,7 @@ class KeyedDraws:
         return (mix32(stream ^ columns) >> 8).to(torch.float32) / 2**24
 
 
+# Raw images: uint8 or float in [0, 1].
 def unit_interval(images: torch.Tensor) -> torch.Tensor:
     """Raw images as float in [0, 1]: uint8 ones scaled on whatever device they reached, float ones unchanged."""
     return images.float().div_(255) if images.dtype == torch.uint8 else images

@@ -58,6 +58,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+# The lock: one writer per run directory.
 LOCK_FILE = "run.lock"
 REFRESH_S = 30.0
 STALE_AFTER_S = 300.0  # ten missed refreshes: a holder on another host is taken for gone
@@ -175,6 +176,7 @@ class RunLock:
             self.path.unlink(missing_ok=True)
 
 
+# The run directory: its layout, claimed without overwriting an earlier run.
 RUNS_DIR = Path("runs")  # where a run goes when no output_dir is given
 # The layout of a run directory (docs/pretraining.md, "The run directory"); TensorBoard's events files sit beside these.
 CONFIG_FILE = "config.yaml"  # the resolved config
@@ -328,6 +330,7 @@ def logged_scalars(run_dir: Path, tag: str) -> dict[int, float]:
     return {event.step: event.value for event in events.Scalars(tag)}
 
 
+# The session: what every entry point does first and last.
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 

@@ -50,6 +50,7 @@ from mpp.data.image_source import (
 from mpp.errors import DataError
 from mpp.images import Key, KeyedDraws, keys_of, unit_interval
 
+# Views: a crop box per image, resampled, maybe mirrored.
 CROP_ATTEMPTS = 10  # candidate boxes per image before falling back to a centre crop (as torchvision's)
 
 
@@ -228,6 +229,7 @@ def image_view(cfg: DataConfig, image_size: int, augment: bool, per_image: Optio
                      per_image)
 
 
+# Datasets of views, a whole batch at a time.
 JPEG_END = b"\xff\xd9"  # a JPEG file's last marker (EOI)
 EpochPosition = tuple[int, int]  # (epoch, position in the dataset), as a training run samples them
 Split = Literal["train", "holdout", "test"]  # "holdout": data.holdout_fraction of the training split, seeded

@@ -67,6 +67,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+# The readers: every data.source kind, and the stored split it opens.
 StoredSplit = Literal["train", "test"]
 
 
@@ -102,6 +103,7 @@ def open_source(cfg: DataConfig, split: StoredSplit, image_size: int) -> ImageSo
     return READERS[kind](location, cfg, split, image_size)
 
 
+# Seeded slices of a training set: the hold-out part (App. B.1.1) and k shots per class.
 def holdout_split(size: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Indices 0..size-1 split at random into (kept, held out), ``fraction`` of them held out; both sorted."""
     order = torch.randperm(size, generator=torch.Generator().manual_seed(seed))
@@ -153,6 +155,7 @@ def disjoint_per_class(labels: torch.Tensor, counts: list[int], seed: int, asked
     return slices
 
 
+# A split as a dataset, and the loader of one pass over it (evaluation).
 def build_dataset(
     cfg: DataConfig,
     split: Split,
@@ -320,6 +323,7 @@ def move_to_device(accelerator: Accelerator, loader: DataLoader) -> DataLoader:
                                non_blocking=accelerator.dataloader_config.non_blocking)
 
 
+# A training run's batches: the plan, the check, the epoch order, the loader, the iterator the loop reads.
 @dataclass(frozen=True)
 class BatchPlan:
     """How one optimizer step's global batch splits over processes and accumulation steps: made once per run

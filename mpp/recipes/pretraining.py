@@ -137,6 +137,7 @@ def pretrain_supervised(cfg: SupervisedRunConfig) -> RunResult:
     return RunResult(session.run_dir, metrics)
 
 
+# The monitors of a pre-training run.
 def pre_training_monitors(accelerator: Accelerator, model: BuiltOnEncoder, cfg: MonitorConfig, data: DataConfig,
                           run_dir: Path, seed: int, dataset: ImageDataset | None = None
                           ) -> list[FewShotMonitor | MPPMosaic]:

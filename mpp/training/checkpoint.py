@@ -57,6 +57,7 @@ __all__ = [
 ]
 
 
+# Checkpoints: writing, verifying, resuming.
 STATE_FILE = "trainer_state.json"  # the step and every other file's size and CRC-32; written last
 AVERAGED_FILE = "averaged_model.safetensors"
 READ_CHUNK = 16 * 2**20
@@ -319,6 +320,7 @@ def load_weights_through_the_host(models: list[torch.nn.Module], input_dir: str)
     models.clear()
 
 
+# The stop signals: save a checkpoint at the next step boundary, then exit.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)  # a second one acts as it would have: it stops at once
 # What the kernel sends a training process when its launcher dies (stop_with_launcher). Not a stop signal of its own:
 # it often follows a SIGTERM sent to the launcher's whole process group, and must not count as the second one. Not

@@ -48,6 +48,7 @@ from mpp.private_apis import capturable_optimizer_devices, fused_optimizer_devic
 logger = logging.getLogger(__name__)
 
 
+# The optimizer, made for its device.
 def create_optimizer(model: torch.nn.Module, cfg: TrainConfig, device: torch.device, layer_decay: float = 1.0
                      ) -> torch.optim.Optimizer:
     """The optimizer ``cfg`` names for ``model``, whose parameters will live on ``device``; with ``layer_decay`` below
@@ -82,6 +83,7 @@ def layer_decay_groups(model: ImageClassifier, weight_decay: float, layer_decay:
             + [{**group, "lr_scale": 1.0} for group in param_groups_weight_decay(model.head, weight_decay)])
 
 
+# The learning-rate schedule.
 def learning_rate(
     step: int,
     peak: float,
@@ -140,6 +142,7 @@ def resolved_schedule(cfg: TrainConfig, images: Optional[int]) -> tuple[TrainCon
     return resolved, "; ".join(derived)
 
 
+# A non-finite step never reaches the weights.
 class NonFiniteStep(RunError):
     """A step with a non-finite loss or gradient under ``train.on_nonfinite=stop``, or a whole window of them."""
 
