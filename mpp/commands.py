@@ -48,12 +48,12 @@ NO_INIT = "No init: a randomly initialised encoder, the baseline."
 
 COMMANDS = {
     "pretrain": Command(
-        "mpp.recipes.pretraining:pretrain_mpp", "mpp.config.runs:MPPRunConfig", "mpp_tiny_cpu", "mpp_own_images_cpu",
+        "mpp.recipes.pretraining_run:pretrain_mpp", "mpp.config.runs:MPPRunConfig", "mpp_tiny_cpu", "mpp_own_images_cpu",
         "training", "masked patch prediction pre-training (Sec. 4.6, App. B.1.2)",
         "With no arguments: the tiny CPU preset on the embedded shapes data. The run directory gets config.yaml, "
         "log.txt, TensorBoard events, checkpoints/, export/ (the encoder in timm's hub format) and metrics.json."),
     "supervised": Command(
-        "mpp.recipes.pretraining:pretrain_supervised", "mpp.config.runs:SupervisedRunConfig",
+        "mpp.recipes.pretraining_run:pretrain_supervised", "mpp.config.runs:SupervisedRunConfig",
         "supervised_tiny_cpu", "supervised_tiny_cpu", "training",
         "supervised pre-training on the labels (Sec. 4.1, App. B.1)",
         "With no arguments: the tiny CPU preset on the embedded shapes data. The run directory gets what pretrain "

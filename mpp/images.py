@@ -1,9 +1,5 @@
-"""What the data and the models agree on about images: their raw form, and the key each image's random draws come
-from.
-
-Raw images as the models take them: uint8 (decoded files, which the loader hands on as they are, a quarter of the
-bytes of floats) or float in [0, 1] (in-memory sources, and every view once cropped). The one conversion between the
-two is ``unit_interval``.
+"""What the data and the models agree on about images: the key each image's random draws come from, and their raw
+form.
 
 Random numbers that are a function of a key per image, not of a generator's state. A run draws each image's
 augmentation and its corruption from the image's key, a hash of (seed, epoch, index in the dataset) that travels with
@@ -15,6 +11,10 @@ A counter-based hash in int64 tensor operations (every value kept below 2**32, e
 2**63, so nothing overflows on any backend): vectorised over the batch, with static shapes, on the CPU, CUDA and XLA
 alike. The mixing function is Wellons' "lowbias32", an integer hash whose outputs pass the usual avalanche tests;
 uniform floats take its top 24 bits, which a float32 holds exactly.
+
+Raw images as the models take them: uint8 (decoded files, which the loader hands on as they are, a quarter of the
+bytes of floats) or float in [0, 1] (in-memory sources, and every view once cropped). The one conversion between the
+two is ``unit_interval``.
 """
 
 from __future__ import annotations

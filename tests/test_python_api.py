@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 from accelerate.state import is_initialized
-from devices import USE_CPU
 
 import mpp
+from devices import USE_CPU
 from mpp import command_line
 from mpp.commands import COMMANDS
 from mpp.config.building import build_config, preset_path
@@ -277,7 +277,7 @@ def test_a_run_stopped_by_a_signal_says_how_to_continue_in_this_apis_words(monke
     def stopped_by_ctrl_c(cfg):
         raise Preempted(signal.SIGINT, 7, checkpoint)
 
-    monkeypatch.setattr(importlib.import_module("mpp.recipes.pretraining"), "pretrain_mpp", stopped_by_ctrl_c)
+    monkeypatch.setattr(importlib.import_module("mpp.recipes.pretraining_run"), "pretrain_mpp", stopped_by_ctrl_c)
     with pytest.raises(Preempted) as stop:
         mpp.pretrain(output_dir=tmp_path)
     assert str(stop.value) == (f"stopped by Ctrl-C (SIGINT) after step 7; checkpoint {checkpoint} saved: continue with "

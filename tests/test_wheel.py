@@ -15,6 +15,7 @@ import zipfile
 import pytest
 
 import mpp
+
 from tests.launching import ROOT
 from tests.recipes.test_own_images import write_images
 

@@ -44,7 +44,9 @@ def step_trail() -> dict[str, list[str]]:
     """The trail, traced in a fresh interpreter: one that has built configs or loaded modules before would skip what
     its caches hold (``functools.cache``) or what it has imported already."""
     traced = subprocess.run([sys.executable, "-m", "tools.step_trail", "--json"], cwd=ROOT, capture_output=True,
-                            text=True, check=True)
+                            text=True)
+    if traced.returncode:
+        raise RuntimeError(f"the traced run failed (exit status {traced.returncode}):\n{traced.stderr[-4000:]}")
     return json.loads(traced.stdout.strip().splitlines()[-1])
 
 
@@ -88,9 +90,12 @@ def outside_config(trail: dict[str, list[str]]) -> list[str]:
 
 
 def trail_markdown(trail: dict[str, list[str]]) -> str:
-    """The trail as the page's numbered list: each file with its named functions (comprehensions and lambdas, which
-    count towards their file, are not listed)."""
-    return "\n".join(f"{number}. `{path}`: " + ", ".join(f"`{name}`" for name in names if not name.startswith("<"))
+    """The trail as the page's numbered list: each file with its named functions (comprehensions and lambdas count
+    towards their file, and are listed only where nothing else of it ran)."""
+    def shown(names: list[str]) -> list[str]:
+        return [name for name in names if not name.startswith("<")] or names
+
+    return "\n".join(f"{number}. `{path}`: " + ", ".join(f"`{name}`" for name in shown(names))
                       for number, (path, names) in enumerate(trail.items(), start=1))
 
 

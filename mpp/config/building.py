@@ -1,5 +1,6 @@
 """Building a run's config: the dataclass defaults (mpp/config/), updated by a YAML preset, updated by dotted
-``key=value`` overrides. Every value passes through one coercion step, typed by the field's annotation, so
+``key=value`` overrides; a preset is named by its name (the installed YAML file of ``mpp/presets/``) or by a file's
+path. Every value passes through one coercion step, typed by the field's annotation, so
 ``train.lr=1e-3`` and ``lr: 1e-3`` in YAML both become floats; an unknown key is an error that lists the valid ones.
 
 Written here rather than taken from OmegaConf's structured configs, which check the same annotations (2.4.0:
@@ -30,6 +31,7 @@ __all__ = [
     "save_config",
 ]
 
+# The presets: a name as --config takes it, or a file of your own.
 PRESETS = Path(__file__).parents[1] / "presets"  # installed with the package; recipes/configs/ in a checkout links here
 
 
@@ -51,7 +53,7 @@ def preset_path(preset: Union[str, Path]) -> Path:
     return path if path.suffix or len(path.parts) > 1 else preset_file(str(path))
 
 
-
+# A config from its defaults, a preset and overrides.
 def config_keys(cls: type) -> list[str]:
     """Every settable dotted key of a config dataclass, in declaration order."""
     return list(_annotations(cls))

@@ -11,9 +11,9 @@ App. B.1.1) and k examples per class (few-shot evaluation and low-label fine-tun
 ``training_batches`` builds the run's loader, hands it to accelerate and returns an endless iterator of (images,
 labels, random_keys) batches on the device, from the step the run starts at: the batches a run that never stopped
 would read from that step on. The loop consumes it and never sees a sampler or a dataset; the iterator also reports
-the images the data skipped. In the order a run meets them here: the batch plan (how a global batch splits over
-processes and accumulation steps), the check that the data holds one, the order of the images, the loader, the
-iterator.
+the images the data skipped. In the order a run meets them in the module's last part: the batch plan (how a global
+batch splits over processes and accumulation steps), the check that the data holds one, the order of the images, the
+loader, the iterator.
 
 The order of map-style data: one loader iterator serves the whole run (``EndlessEpochBatches``), so its workers start
 once and load the next epoch's first batches while the last ones of the epoch train, where a loader started afresh
@@ -297,7 +297,7 @@ def build_loader(
     local_processes: int = 1,
 ) -> DataLoader:
     """One pass over the data. Training: shuffled, whole batches only (every step sees as many images); a training
-    run reads ``mpp.data.loading``' instead. Evaluation: in order, all images."""
+    run reads ``training_batches``' instead. Evaluation: in order, all images."""
     streaming = isinstance(dataset, StreamingImageDataset)
     return DataLoader(dataset, batch_size=batch_size, shuffle=train and not streaming, drop_last=train,
                       collate_fn=None if streaming else keep_batch, **loader_workers(cfg, device_type, local_processes))

@@ -15,13 +15,13 @@ from PIL import Image
 
 from mpp.config.data import DataConfig
 from mpp.data.loading import (
-    DataError,
     build_dataset,
     build_loader,
     check_batch_fits,
     check_classes_to_learn,
     warn_if_tested_on_training_images,
 )
+from mpp.errors import DataError
 from tests.launching import NO_MPP_MONITORS, ROOT, TINY, launch, run_here
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"

@@ -20,7 +20,8 @@ from mpp.data.image_dataset import (
     resized_crops,
 )
 from mpp.data.image_source import decode, decode_for_crop, open_image, pixels_for_crop
-from mpp.data.loading import DataError, build_dataset, holdout_split, shots_per_class
+from mpp.data.loading import build_dataset, holdout_split, shots_per_class
+from mpp.errors import DataError
 from mpp.images import KeyedDraws, keys_of
 
 

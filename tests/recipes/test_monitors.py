@@ -9,7 +9,7 @@ import pytest
 from mpp.config.data import DataConfig
 from mpp.config.training import MonitorConfig, MPPMonitorConfig
 from mpp.data.loading import build_dataset
-from mpp.recipes.pretraining import monitor_fitted_to_classes
+from mpp.recipes.pretraining_run import monitor_fitted_to_classes
 
 ASKED = MPPMonitorConfig(few_shot_every=5, final_few_shot_draws=2, mosaic_every=5)  # 10 + 10 + 50 per class
 

@@ -12,9 +12,9 @@ import sys
 import time
 
 import pytest
-from launching import NO_MPP_MONITORS, TINY, launch, start, wait_for_log
 
 import mpp.run
+from launching import NO_MPP_MONITORS, TINY, launch, start, wait_for_log
 from mpp.run import LOCK_FILE, LockHolder, RunDirectoryError, RunDirectoryInUse, RunLock, claim_output_dir
 
 

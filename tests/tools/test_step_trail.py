@@ -25,9 +25,9 @@ def test_one_step_runs_through_at_most_15_files_from_the_command_line_down(trail
     # model and the loader; the set-up before the step counts as much as the step.
     assert files[:2] == ["mpp/command_line.py", "mpp/commands.py"]
     order = {path: index for index, path in enumerate(files)}
-    assert order["mpp/recipes/pretraining.py"] < order["mpp/run.py"] < order["mpp/training/trainer.py"]
+    assert order["mpp/recipes/pretraining_run.py"] < order["mpp/run.py"] < order["mpp/training/trainer.py"]
     assert {"parse_command_line", "build_config"} <= set(trail["mpp/config/building.py"])
-    assert {"pretrain_mpp", "pre_training_monitors"} <= set(trail["mpp/recipes/pretraining.py"])
+    assert {"pretrain_mpp", "pre_training_monitors"} <= set(trail["mpp/recipes/pretraining_run.py"])
     assert {"fit", "train_steps"} <= set(trail["mpp/training/trainer.py"])
     assert {"build_dataset", "plan_batches", "training_batches", "__next__"} <= set(trail["mpp/data/loading.py"])
     assert {"corrupt_patch_embeddings", "colour_targets", "loss"} <= set(trail["mpp/models/masked_patch_prediction.py"])

@@ -9,9 +9,9 @@ import pytest
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DataLoaderConfiguration
-from devices import USE_CPU
 from torch.utils.data import DataLoader, TensorDataset
 
+from devices import USE_CPU
 from mpp.config.training import TrainConfig
 from mpp.training.checkpoint import list_checkpoints, read_step
 from mpp.training.optimizer import NonFiniteGuard, NonFiniteStep

@@ -70,9 +70,9 @@ def test_a_global_batch_larger_than_the_training_set_is_refused_in_one_line_befo
     from types import SimpleNamespace
 
     from accelerate import Accelerator
-    from devices import USE_CPU
     from PIL import Image
 
+    from devices import USE_CPU
     from mpp.config.data import DataConfig
     from mpp.config.runs import SupervisedRunConfig
     from mpp.data.loading import build_dataset

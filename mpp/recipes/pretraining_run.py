@@ -41,6 +41,7 @@ from mpp.training.trainer import Trainer
 
 logger = logging.getLogger(__name__)
 
+# MPP pre-training.
 BASELINE_IMAGES = 2048  # sampled to measure the accuracy of always predicting the most frequent colour class
 
 
@@ -98,6 +99,7 @@ def pretrain_mpp(cfg: MPPRunConfig) -> RunResult:
     return RunResult(session.run_dir, metrics)
 
 
+# Supervised pre-training.
 def pretrain_supervised(cfg: SupervisedRunConfig) -> RunResult:
     """One supervised pre-training run of ``cfg``: its metrics and run directory (with export/)."""
     with Session(cfg, cfg.train, prefix="supervised") as session:
