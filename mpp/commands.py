@@ -48,8 +48,8 @@ NO_INIT = "No init: a randomly initialised encoder, the baseline."
 
 COMMANDS = {
     "pretrain": Command(
-        "mpp.recipes.pretraining_run:pretrain_mpp", "mpp.config.runs:MPPRunConfig", "mpp_tiny_cpu", "mpp_own_images_cpu",
-        "training", "masked patch prediction pre-training (Sec. 4.6, App. B.1.2)",
+        "mpp.recipes.pretraining_run:pretrain_mpp", "mpp.config.runs:MPPRunConfig", "mpp_tiny_cpu",
+        "mpp_own_images_cpu", "training", "masked patch prediction pre-training (Sec. 4.6, App. B.1.2)",
         "With no arguments: the tiny CPU preset on the embedded shapes data. The run directory gets config.yaml, "
         "log.txt, TensorBoard events, checkpoints/, export/ (the encoder in timm's hub format) and metrics.json."),
     "supervised": Command(

@@ -1,5 +1,6 @@
 """Evaluating an encoder: frozen-feature protocols, the paper's pictures, and the monitors a pre-training run reports
-as it goes. Nothing here trains; the pre-training recipes (``mpp.recipes.pretraining_run``) hand the monitors to the loop.
+as it goes. Nothing here trains; the pre-training recipes (``mpp.recipes.pretraining_run``) hand the monitors to the
+loop.
 
 - ``frozen_encoder.py``: an encoder under evaluation (from ``init``, or random), its features extracted and cached.
 - ``few_shot_regression.py``: the paper's few-shot linear accuracy, and its monitor during pre-training.
