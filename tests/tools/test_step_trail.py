@@ -11,6 +11,8 @@ import pytest
 from tools.step_trail import BEGIN, END, outside_config, page_with_trail, step_trail, trail_markdown
 
 LAYOUT = Path(__file__).parents[2] / "docs" / "layout.md"
+# The tests that read the trail run on one worker, so that its traced run (a fresh interpreter, 10-19 s) runs once.
+TRAIL_TESTS = pytest.mark.xdist_group("step trail")
 
 
 @pytest.fixture(scope="module")
@@ -18,6 +20,7 @@ def trail() -> dict[str, list[str]]:
     return step_trail()
 
 
+@TRAIL_TESTS
 def test_one_step_runs_through_at_most_15_files_from_the_command_line_down(trail):
     files = outside_config(trail)
     assert len(files) <= 15, files
@@ -34,11 +37,13 @@ def test_one_step_runs_through_at_most_15_files_from_the_command_line_down(trail
     assert {"learning_rate", "only_if_finite"} <= set(trail["mpp/training/optimizer.py"])
 
 
+@TRAIL_TESTS
 def test_imports_are_left_out_of_the_trail(trail):
     # Class bodies and module-level code run at import: none of the modules imported only for their names is met.
     assert "mpp/recipes/run_result.py" not in trail and "mpp/data/cifar.py" not in trail
 
 
+@TRAIL_TESTS
 def test_the_layout_page_shows_the_trail_as_traced(trail):
     page = LAYOUT.read_text()
     shown = page.split(BEGIN, 1)[1].split(END, 1)[0].strip()
